@@ -1,0 +1,171 @@
+"""Run delegate CNI plugins the way libcni's ``pkg/invoke`` does.
+
+Find ``<type>`` as a regular executable file in the ``CNI_PATH`` directories, exec it with
+the caller's environment overridden where the delegate's call differs, write its config to
+stdin and read its result (or CNI error) from stdout.  Exec is retried on "text file busy",
+which happens while an installer replaces a plugin binary.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+
+from .. import jsonio
+
+from . import errors as E
+from .errors import CNIError
+from .log import log
+from .versions import LATEST, best_common_version, from_current
+
+_ETXTBSY_RETRIES = 5
+_VERSION_CACHE = "plugin-versions"
+DEFAULT_TIMEOUT = 120.0
+
+
+class DelegateRunner:
+    """Executes delegate plugins for one CNI invocation."""
+
+    def __init__(self, path: list[str], base_env: dict[str, str], state=None,
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.path = path
+        self.base_env = base_env
+        self.state = state
+        self.timeout = timeout
+        self._versions: dict[str, list[str]] | None = None
+
+    # -- lookup ---------------------------------------------------------------------------
+    def find(self, plugin_type: str, field: str = "type") -> str:
+        if not isinstance(plugin_type, str) or not plugin_type:
+            raise CNIError(E.INVALID_CONFIG, f"{field}: delegate plugin type must be a non-empty string")
+        if "/" in plugin_type or plugin_type in (".", ".."):
+            raise CNIError(E.INVALID_CONFIG, f"{field}: delegate plugin type {plugin_type!r} must not contain '/'")
+        for directory in self.path:
+            candidate = os.path.join(directory, plugin_type)
+            try:
+                st = os.stat(candidate)
+            except OSError:
+                continue
+            if (st.st_mode & 0o170000) == 0o100000 and os.access(candidate, os.X_OK):
+                return candidate
+        raise CNIError(E.INVALID_CONFIG,
+                       f"{field}: failed to find plugin {plugin_type!r} in CNI_PATH {':'.join(self.path)!r}")
+
+    # -- version negotiation ----------------------------------------------------------------
+    def supported_versions(self, binary: str) -> list[str]:
+        """The delegate's VERSION answer, cached per binary identity in the state dir."""
+        st = os.stat(binary)
+        key = f"{os.path.realpath(binary)}|{st.st_ino}|{st.st_mtime_ns}|{st.st_size}"
+        if self._versions is None:
+            self._versions = self.state.read_cache(_VERSION_CACHE) if self.state else {}
+            self._versions.pop("schema", None)
+            self._versions.pop("kind", None)
+        cached = self._versions.get(key)
+        if isinstance(cached, list):
+            return cached
+        answer = self.exec(binary, "VERSION", {"cniVersion": LATEST}, ifname="", container_id="", netns="")
+        versions = answer.get("supportedVersions") if answer else None
+        if not isinstance(versions, list):
+            raise CNIError(E.INVALID_CONFIG, f"delegate {binary} gave no supportedVersions in its VERSION answer")
+        self._versions[key] = [v for v in versions if isinstance(v, str)]
+        if self.state is not None:
+            try:
+                record = {k: v for k, v in self._versions.items() if os.path.exists(k.split("|", 1)[0])}
+                self.state.write_cache(_VERSION_CACHE, {"kind": "PluginVersions", **record})
+            except Exception as exc:  # a cache: losing it only costs an exec next time
+                log.warning(f"cannot cache plugin versions: {exc}")
+        return self._versions[key]
+
+    def negotiate(self, binary: str, cap: str, field: str) -> str:
+        theirs = self.supported_versions(binary)
+        version = best_common_version(theirs, cap)
+        if version is None:
+            raise CNIError(E.INCOMPATIBLE_VERSION,
+                           f"{field}: delegate {os.path.basename(binary)} speaks none of the versions up to {cap}",
+                           f"it supports {', '.join(theirs) or 'nothing'}")
+        return version
+
+    # -- exec -----------------------------------------------------------------------------
+    def exec(self, binary: str, command: str, conf: dict, *, ifname: str, container_id: str,
+             netns: str, cni_args: str | None = None) -> dict | None:
+        """Run one delegate command; return its decoded stdout (None when empty)."""
+        import subprocess  # deferred: only paths that run delegates pay for it
+
+        env = dict(self.base_env)
+        env.update({
+            "CNI_COMMAND": command,
+            "CNI_CONTAINERID": container_id,
+            "CNI_NETNS": netns,
+            "CNI_IFNAME": ifname,
+            "CNI_PATH": ":".join(self.path),
+        })
+        if cni_args is not None:
+            env["CNI_ARGS"] = cni_args
+        stdin = jsonio.dumps(conf)
+        name = os.path.basename(binary)
+        started = time.monotonic()
+        for attempt in range(_ETXTBSY_RETRIES + 1):
+            try:
+                proc = subprocess.run([binary], input=stdin, env=env, capture_output=True,
+                                      timeout=self.timeout, close_fds=True)
+                break
+            except OSError as exc:
+                if exc.errno == errno.ETXTBSY and attempt < _ETXTBSY_RETRIES:
+                    time.sleep(0.05 * (attempt + 1))
+                    continue
+                raise CNIError(E.IO_FAILURE, f"cannot execute delegate {binary}: {exc.strerror}") from None
+            except subprocess.TimeoutExpired:
+                raise CNIError(E.TRY_AGAIN_LATER,
+                               f"delegate {name} {command} did not finish within {self.timeout:g}s") from None
+        elapsed = (time.monotonic() - started) * 1000
+        if proc.stderr:
+            log.debug(f"delegate {name} {command} stderr: {proc.stderr.decode('utf-8', 'replace').strip()}")
+        log.debug(f"delegate {name} {command} ifname={ifname} exit={proc.returncode} in {elapsed:.1f}ms")
+        out = proc.stdout.strip()
+        if proc.returncode != 0:
+            raise _delegate_error(name, command, out, proc.stderr, proc.returncode)
+        if not out:
+            return None
+        try:
+            decoded = jsonio.loads(out)
+        except ValueError as exc:
+            raise CNIError(E.DECODE_FAILURE, f"delegate {name} {command} printed invalid JSON: {exc}") from None
+        if not isinstance(decoded, dict):
+            raise CNIError(E.DECODE_FAILURE, f"delegate {name} {command} printed a non-object result")
+        return decoded
+
+
+def _delegate_error(name: str, command: str, out: bytes, stderr: bytes, rc: int) -> CNIError:
+    try:
+        data = jsonio.loads(out) if out else None
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and ("msg" in data or "code" in data):
+        err = CNIError.from_dict(data)
+        return CNIError(err.code, f"delegate {name} {command} failed: {err.msg}", err.details)
+    tail = (stderr or out).decode("utf-8", "replace").strip()[-500:]
+    return CNIError(E.DELEGATE_FAILED, f"delegate {name} {command} failed with exit code {rc}", tail)
+
+
+def delegate_config(plugin: dict, *, network: str, version: str, runtime_config: dict,
+                    extra_capabilities: dict, prev_result: dict | None) -> dict:
+    """The config object one delegate of a conflist receives (libcni's rules).
+
+    ``name`` and ``cniVersion`` come from the list; ``runtimeConfig`` holds only the
+    capabilities the plugin declares (or the attachment enables); ``prevResult`` is the
+    result of the plugin before it in the chain, in this delegate's version.
+    """
+    conf = dict(plugin)
+    conf["name"] = network
+    conf["cniVersion"] = version
+    declared = plugin.get("capabilities") if isinstance(plugin.get("capabilities"), dict) else {}
+    enabled = {**declared, **extra_capabilities}
+    rc = {k: v for k, v in runtime_config.items() if enabled.get(k)}
+    conf.pop("runtimeConfig", None)
+    if rc:
+        conf["runtimeConfig"] = rc
+    conf.pop("prevResult", None)
+    if prev_result is not None:
+        conf["prevResult"] = from_current(prev_result, version)
+    return conf

@@ -1,0 +1,61 @@
+"""A tiny logger for the CNI hot path (the ``logging`` module costs a few ms to import).
+
+Lines go to stderr (the runtime keeps stdout for the result) and, when the plugin config
+names a ``logFile``, are appended there too.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+
+
+class Log:
+    def __init__(self, level: str = "info", path: str | None = None, context: str = "") -> None:
+        self.threshold = _LEVELS.get(level, 20)
+        self.path = path
+        self.context = context
+
+    def configure(self, level: str | None, path: str | None, context: str) -> None:
+        if level:
+            self.threshold = _LEVELS.get(level, self.threshold)
+        self.path = path or self.path
+        self.context = context
+
+    def _emit(self, level: str, msg: str) -> None:
+        if _LEVELS[level] < self.threshold:
+            return
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
+        line = f"{stamp} {level.upper()} dracni[{os.getpid()}] {self.context}{msg}\n"
+        try:
+            sys.stderr.write(line)
+        except (OSError, ValueError):
+            pass
+        if self.path:
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                try:
+                    os.write(fd, line.encode("utf-8", "replace"))
+                finally:
+                    os.close(fd)
+            except OSError:
+                pass
+
+    def debug(self, msg: str) -> None:
+        self._emit("debug", msg)
+
+    def info(self, msg: str) -> None:
+        self._emit("info", msg)
+
+    def warning(self, msg: str) -> None:
+        self._emit("warning", msg)
+
+    def error(self, msg: str) -> None:
+        self._emit("error", msg)
+
+
+log = Log(level=os.environ.get("DRACNI_LOG_LEVEL", "warning"))

@@ -1,0 +1,95 @@
+"""The CNI entry point: env + stdin in, a result or a CNI error JSON out, never a traceback.
+
+This module and what it imports form the hot path of every pod start on the node: keep it to
+the standard library, orjson and dracni's own small modules (no kubernetes, no grpc, no
+logging, no pyroute2 outside CHECK).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .. import jsonio
+
+from . import errors as E
+from .errors import CNIError
+from .log import log
+from .versions import LATEST, SUPPORTED_VERSIONS
+
+
+def run(env: dict[str, str] | None = None, stdin: bytes | None = None, out=None) -> int:
+    """Serve one CNI command; returns the process exit code."""
+    env = dict(os.environ) if env is None else env
+    out = out or sys.stdout.buffer
+    version = LATEST
+    try:
+        if stdin is None:
+            stdin = sys.stdin.buffer.read()
+        from .request import parse
+
+        req = parse(env, stdin)
+        version = req.cni_version if req.cni_version in SUPPORTED_VERSIONS else LATEST
+        if req.command == "VERSION":
+            _write(out, {"cniVersion": req.cni_version, "supportedVersions": list(SUPPORTED_VERSIONS)})
+            return 0
+        log.configure(req.option("logLevel"), req.option("logFile"),
+                      f"{req.command} {req.container_id or '-'} {req.network}: ")
+        result = _dispatch(req)
+        if result is not None:
+            _write(out, result)
+        return 0
+    except CNIError as exc:
+        log.error(f"{exc.msg} {exc.details}".strip())
+        _write(out, exc.to_dict(version))
+        return 1
+    except Exception as exc:  # the last line of defence: report, never a traceback on stdout
+        err = _classify(exc)
+        log.error(f"{err.msg}")
+        _log_traceback()
+        _write(out, err.to_dict(version))
+        return 1
+
+
+def _dispatch(req) -> dict | None:
+    from ..state.store import StateDir
+    from .delegate import DEFAULT_TIMEOUT, DelegateRunner
+    from .plugin import MetaPlugin, state_dir_for
+
+    state = StateDir(state_dir_for(req))
+    runner = DelegateRunner(req.path, req.env, state, float(req.option("delegateTimeout", DEFAULT_TIMEOUT)))
+    plugin = MetaPlugin(req, state, runner)
+    if req.command == "ADD":
+        return plugin.add()
+    if req.command == "DEL":
+        plugin.delete()
+    elif req.command == "CHECK":
+        plugin.check()
+    elif req.command == "GC":
+        plugin.gc()
+    elif req.command == "STATUS":
+        plugin.status()
+    return None
+
+
+def _classify(exc: Exception) -> CNIError:
+    from ..state.store import StateError
+
+    if isinstance(exc, StateError):
+        return CNIError(E.IO_FAILURE, f"state directory: {exc}")
+    if isinstance(exc, OSError):
+        return CNIError(E.IO_FAILURE, f"I/O error: {exc}")
+    return CNIError(E.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def _log_traceback() -> None:
+    if log.path:
+        import traceback
+
+        log.debug("".join(traceback.format_exc()))
+
+
+def _write(out, obj: dict) -> None:
+    out.write(jsonio.dumps(obj))
+    out.write(b"\n")
+    out.flush()

@@ -1,0 +1,27 @@
+"""JSON for the CNI hot path.
+
+The standard library's ``json`` costs ~6 ms to import; orjson costs ~15 ms (its extension
+imports dataclasses, inspect, uuid and datetime at load), which would double the start-up
+time of every CNI call.  Records and CNI messages are small, so parsing speed does not matter
+here and the standard library wins.
+"""
+
+from __future__ import annotations
+
+import json
+
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def loads(data: bytes | str):
+    """Strict JSON: raises ValueError (also for NaN/Infinity and bad UTF-8)."""
+    return json.loads(data, parse_constant=_reject_constant)
+
+
+def dumps(obj, pretty: bool = False) -> bytes:
+    if pretty:
+        return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False).encode()
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()

@@ -1,0 +1,372 @@
+"""The on-node state directory shared by the CNI plugin and the kubelet plugin service.
+
+Layout (schema: ``spec/state-records.schema.json``)::
+
+    <root>/state.lock                     filelock guarding every write
+    <root>/claims/<claimUID>.json         PreparedClaim: what prepare resolved for a claim
+    <root>/pods/uid_<podUID>.json         PodIndex: claim UIDs of a pod, O(1) by pod UID
+    <root>/pods/name_<ns>_<name>.json     PodIndex: the same, by namespace/name
+    <root>/attachments/<net>+<cid>+<if>.json  Attachment: all that DEL/CHECK/GC need
+    <root>/outbox/<claimUID>.json         StatusOutbox: status.devices facts to publish
+    <root>/cache/plugin-versions.json     delegate VERSION answers, keyed by binary identity
+
+Records are written atomically (temp file, fsync, rename, fsync of the directory) while the
+state lock is held; readers never need the lock because a rename is atomic.  The lock is held
+only around record writes, never around delegate execs, so ADD/DEL of different pods do not
+wait on each other for longer than a record write.
+
+This module sits on the CNI hot path: it imports only ``os`` and ``json``; ``filelock`` is
+imported the first time a write needs the lock.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .. import jsonio
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs ~7 ms to import; annotations are strings (PEP 563)
+    from typing import Any, Callable
+
+SCHEMA_VERSION = 1
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+#: How long a writer waits for the state lock before giving up (seconds).
+LOCK_TIMEOUT = 30.0
+
+Record = dict  # a JSON object, see spec/state-records.schema.json
+
+
+class StateError(Exception):
+    """The state directory cannot be read or written."""
+
+
+def attachment_key(network: str, container_id: str, ifname: str) -> str:
+    """File stem of an attachment record.
+
+    CNI restricts network names and container IDs to ``[a-zA-Z0-9_.-]``, so ``+`` separates
+    them unambiguously; the interface name comes last because it may contain ``+``.
+    """
+    return f"{network}+{container_id}+{ifname}"
+
+
+def pod_index_keys(pod_uid: str | None, namespace: str | None, name: str | None) -> list[str]:
+    """Index file stems for a pod: by UID, and by namespace/name (DNS names hold no ``_``)."""
+    keys = []
+    if pod_uid:
+        keys.append(f"uid_{pod_uid}")
+    if namespace and name:
+        keys.append(f"name_{namespace}_{name}")
+    return keys
+
+
+def _safe_component(value: str, what: str) -> str:
+    if not value or "/" in value or value in (".", "..") or "\0" in value:
+        raise StateError(f"{what} {value!r} cannot name a state record")
+    return value
+
+
+class StateDir:
+    """Typed access to the records of one state directory."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+        self._lock: Any = None
+        self._lock_depth = 0
+
+    # -- paths ---------------------------------------------------------------------------
+    def _path(self, kind: str, stem: str) -> str:
+        return os.path.join(self.root, kind, _safe_component(stem, kind[:-1]) + ".json")
+
+    def ensure(self) -> None:
+        """Create the directory tree with owner-only permissions."""
+        for sub in ("", "claims", "pods", "attachments", "outbox", "cache"):
+            path = os.path.join(self.root, sub)
+            try:
+                os.makedirs(path, mode=DIR_MODE, exist_ok=True)
+                os.chmod(path, DIR_MODE)
+            except OSError as exc:
+                raise StateError(f"cannot create state directory {path}: {exc.strerror}") from exc
+
+    # -- locking -------------------------------------------------------------------------
+    def locked(self, timeout: float = LOCK_TIMEOUT) -> "_Held":
+        """``with state.locked():`` holds the state lock (re-entrant within this object)."""
+        return _Held(self, timeout)
+
+    def _acquire(self, timeout: float) -> None:
+        if self._lock_depth:
+            self._lock_depth += 1
+            return
+        self.ensure()
+        from filelock import FileLock, Timeout  # deferred: costs ~15 ms to import
+
+        if self._lock is None:
+            self._lock = FileLock(os.path.join(self.root, "state.lock"), mode=FILE_MODE)
+        try:
+            self._lock.acquire(timeout=timeout)
+        except Timeout as exc:
+            raise StateError(f"state lock {self.root}/state.lock busy for {timeout:g}s") from exc
+        self._lock_depth = 1
+
+    def _release(self) -> None:
+        self._lock_depth -= 1
+        if self._lock_depth == 0:
+            self._lock.release()
+
+    # -- low-level record I/O --------------------------------------------------------------
+    def _read(self, path: str) -> Record | None:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StateError(f"cannot read {path}: {exc.strerror}") from exc
+        try:
+            record = jsonio.loads(data)
+        except ValueError as exc:
+            raise StateError(f"corrupt state record {path}: {exc}") from exc
+        if not isinstance(record, dict) or record.get("schema") != SCHEMA_VERSION:
+            raise StateError(f"state record {path} has an unknown schema version")
+        return record
+
+    def _write(self, path: str, record: Record) -> None:
+        """Atomically replace ``path`` with ``record``; the caller holds the lock."""
+        assert self._lock_depth, "state writes must hold the state lock"
+        record["schema"] = SCHEMA_VERSION
+        data = jsonio.dumps(record, pretty=True)
+        directory = os.path.dirname(path)
+        tmp = f"{path}.tmp{os.getpid()}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, path)
+            _fsync_dir(directory)
+        except OSError as exc:
+            _unlink_quietly(tmp)
+            raise StateError(f"cannot write {path}: {exc.strerror}") from exc
+
+    def _delete(self, path: str) -> bool:
+        assert self._lock_depth, "state writes must hold the state lock"
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise StateError(f"cannot remove {path}: {exc.strerror}") from exc
+        _fsync_dir(os.path.dirname(path))
+        return True
+
+    def _list(self, kind: str) -> list[str]:
+        try:
+            names = os.listdir(os.path.join(self.root, kind))
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise StateError(f"cannot list {self.root}/{kind}: {exc.strerror}") from exc
+        return sorted(n[:-5] for n in names if n.endswith(".json"))
+
+    # -- prepared claims and the pod index -------------------------------------------------
+    def read_claim(self, uid: str) -> Record | None:
+        return self._read(self._path("claims", uid))
+
+    def list_claims(self) -> list[Record]:
+        return [r for r in (self.read_claim(u) for u in self._list("claims")) if r]
+
+    def pod_claim_uids(self, pod_uid: str | None, namespace: str | None, name: str | None) -> list[str]:
+        """Claim UIDs prepared for a pod; the name is consulted only when the UID is unknown."""
+        keys = pod_index_keys(pod_uid, namespace, name)
+        if pod_uid:
+            keys = keys[:1]
+        for key in keys:
+            index = self._read(self._path("pods", key))
+            if index is not None:
+                return list(index.get("claims", []))
+        return []
+
+    def pod_claims(self, pod_uid: str | None, namespace: str | None, name: str | None) -> list[Record]:
+        claims = []
+        for uid in self.pod_claim_uids(pod_uid, namespace, name):
+            record = self.read_claim(uid)
+            if record is not None:
+                claims.append(record)
+        return claims
+
+    def put_claim(self, record: Record) -> None:
+        """Store a prepared claim and add it to the index of every pod it is reserved for."""
+        with self.locked():
+            old = self.read_claim(record["uid"])
+            record.setdefault("kind", "PreparedClaim")
+            self._write(self._path("claims", record["uid"]), record)
+            old_keys = _claim_pod_keys(old, ) if old else set()
+            new_keys = _claim_pod_keys(record)
+            for key in new_keys:
+                self._index_update(key, add=record["uid"])
+            for key in old_keys - new_keys:
+                self._index_update(key, remove=record["uid"])
+
+    def remove_claim(self, uid: str) -> Record | None:
+        """Forget a prepared claim (attachments stay: DEL may still come)."""
+        with self.locked():
+            old = self.read_claim(uid)
+            if old is None:
+                return None
+            for key in _claim_pod_keys(old):
+                self._index_update(key, remove=uid)
+            self._delete(self._path("claims", uid))
+            return old
+
+    def _index_update(self, key: str, add: str | None = None, remove: str | None = None) -> None:
+        path = self._path("pods", key)
+        index = self._read(path) or {"kind": "PodIndex", "claims": []}
+        claims: list[str] = index["claims"]
+        if add and add not in claims:
+            claims.append(add)
+        if remove and remove in claims:
+            claims.remove(remove)
+        if claims:
+            self._write(path, index)
+        else:
+            self._delete(path)
+
+    # -- attachments ---------------------------------------------------------------------
+    def read_attachment(self, network: str, container_id: str, ifname: str) -> Record | None:
+        return self._read(self._path("attachments", attachment_key(network, container_id, ifname)))
+
+    def list_attachments(self, network: str | None = None) -> list[Record]:
+        stems = self._list("attachments")
+        if network is not None:
+            stems = [s for s in stems if s.startswith(network + "+")]
+        records = []
+        for stem in stems:
+            record = self._read(self._path("attachments", stem))
+            if record is not None:
+                records.append(record)
+        return records
+
+    def put_attachment(self, record: Record) -> None:
+        record.setdefault("kind", "Attachment")
+        key = attachment_key(record["network"], record["containerID"], record["ifName"])
+        with self.locked():
+            self._write(self._path("attachments", key), record)
+
+    def remove_attachment(self, network: str, container_id: str, ifname: str) -> bool:
+        with self.locked():
+            return self._delete(self._path("attachments", attachment_key(network, container_id, ifname)))
+
+    # -- status outbox -------------------------------------------------------------------
+    def read_outbox(self, claim_uid: str) -> Record | None:
+        return self._read(self._path("outbox", claim_uid))
+
+    def list_outbox(self) -> list[Record]:
+        return [r for r in (self.read_outbox(u) for u in self._list("outbox")) if r]
+
+    def update_outbox(self, claim: Record, change: Callable[[list[Record]], list[Record]]) -> Record:
+        """Apply ``change`` to the claim's desired status facts and bump its sequence number.
+
+        ``claim`` is ``{"uid", "namespace", "name"}`` (plus ``driver``).  The publisher
+        compares ``seq`` with ``publishedSeq`` so a newer state is never overwritten by an
+        older one, and an entry survives restarts until it is published.
+        """
+        with self.locked():
+            path = self._path("outbox", claim["uid"])
+            record = self._read(path) or {
+                "kind": "StatusOutbox",
+                "claim": {k: claim[k] for k in ("uid", "namespace", "name")},
+                "driver": claim.get("driver"),
+                "seq": 0,
+                "publishedSeq": 0,
+                "devices": [],
+            }
+            record["devices"] = change(list(record["devices"]))
+            record["seq"] += 1
+            self._write(path, record)
+            return record
+
+    def mark_published(self, claim_uid: str, seq: int) -> bool:
+        """Record that ``seq`` reached the status sink; drop the entry when nothing is left.
+
+        Returns False when a newer state arrived meanwhile (it stays pending).
+        """
+        with self.locked():
+            path = self._path("outbox", claim_uid)
+            record = self._read(path)
+            if record is None or record["seq"] < seq:
+                return False
+            record["publishedSeq"] = max(record["publishedSeq"], seq)
+            if record["seq"] == record["publishedSeq"] and not record["devices"]:
+                self._delete(path)
+            else:
+                self._write(path, record)
+            return record["seq"] == seq
+
+    def pending_outbox(self) -> list[Record]:
+        return [r for r in self.list_outbox() if r["seq"] > r["publishedSeq"]]
+
+    # -- small caches ----------------------------------------------------------------------
+    def read_cache(self, name: str) -> Record:
+        try:
+            return self._read(self._path("cache", name)) or {}
+        except StateError:
+            return {}
+
+    def write_cache(self, name: str, record: Record) -> None:
+        with self.locked():
+            self._write(self._path("cache", name), record)
+
+    # -- health --------------------------------------------------------------------------
+    def check_usable(self) -> None:
+        """Raise StateError unless records can be written here (used by CNI STATUS)."""
+        self.ensure()
+        with self.locked(timeout=5.0):
+            probe = os.path.join(self.root, "cache", ".status-probe")
+            try:
+                fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+                os.write(fd, b"ok")
+                os.close(fd)
+                os.unlink(probe)
+            except OSError as exc:
+                raise StateError(f"state directory {self.root} is not writable: {exc.strerror}") from exc
+
+
+class _Held:
+    """Context manager of ``StateDir.locked`` (contextlib would cost an import on the hot path)."""
+
+    __slots__ = ("state", "timeout")
+
+    def __init__(self, state: StateDir, timeout: float) -> None:
+        self.state = state
+        self.timeout = timeout
+
+    def __enter__(self) -> None:
+        self.state._acquire(self.timeout)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.state._release()
+
+
+def _claim_pod_keys(record: Record) -> set[str]:
+    keys: set[str] = set()
+    for pod in record.get("pods", []):
+        keys.update(pod_index_keys(pod.get("uid"), record.get("namespace"), pod.get("name")))
+    return keys
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
