@@ -1,10 +1,208 @@
-"""Operator commands of the dracni bundle (click)."""
+"""Operator commands of the dracni bundle (click).
+
+Clusterless use reads ResourceClaim manifests from files: ``prepare``/``unprepare`` fill and
+clear the state dir the CNI plugin reads, ``publish-status`` drains the status outbox into
+``*.status.json`` files next to the manifests, ``inspect`` shows the state dir.
+"""
 
 from __future__ import annotations
 
+import sys
+
 import click
 
+from . import DEFAULT_DRIVER, DEFAULT_STATE_DIR, __version__, jsonio
 
-@click.group()
+state_dir_option = click.option(
+    "--state-dir", envvar="DRACNI_STATE_DIR", default=DEFAULT_STATE_DIR, show_default=True,
+    type=click.Path(file_okay=False), help="On-node state directory shared with the CNI plugin.")
+driver_option = click.option(
+    "--driver", envvar="DRACNI_DRIVER", default=DEFAULT_DRIVER, show_default=True,
+    help="DRA driver name: opaque configs and status entries of this driver are ours.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="dracni")
 def main() -> None:
     """dracni: Kubernetes DRA network attachments through CNI."""
+
+
+def _state(state_dir: str):
+    from .state.store import StateDir
+
+    return StateDir(state_dir)
+
+
+def _source(path: str):
+    from .claims.manifests import ClaimSourceError, ManifestClaimSource
+
+    source = ManifestClaimSource(path)
+    try:
+        source.list()
+    except ClaimSourceError as exc:
+        raise click.ClickException(str(exc)) from None
+    return source
+
+
+def _select(source, names: tuple[str, ...]) -> list[dict]:
+    claims = source.list()
+    if not names:
+        return claims
+    chosen = []
+    for ref in names:
+        namespace, _, name = ref.rpartition("/")
+        claim = source.get(namespace or "default", name)
+        if claim is None:
+            raise click.ClickException(f"--claim {ref}: no such ResourceClaim in {source.path}")
+        chosen.append(claim)
+    return chosen
+
+
+@main.command()
+@click.argument("claims_path", type=click.Path(exists=True))
+@click.option("--claim", "names", multiple=True, metavar="NS/NAME", help="Only these claims (repeatable).")
+@click.option("--node", envvar="NODE_NAME", default=None, help="This node's name.")
+@click.option("--allow-type", "allowed", multiple=True, metavar="TYPE",
+              help="Allowed delegate plugin types (repeatable; default: any).")
+@state_dir_option
+@driver_option
+def prepare(claims_path: str, names: tuple[str, ...], node: str | None, allowed: tuple[str, ...],
+            state_dir: str, driver: str) -> None:
+    """Prepare the allocated claims found in CLAIMS_PATH (a manifest file or directory)."""
+    from .claims.prepare import prepare_claims
+
+    source = _source(claims_path)
+    claims = _select(source, names)
+    sources = {}
+    for claim in claims:
+        meta = claim.get("metadata", {})
+        sources[meta.get("uid", "")] = source.path_of(meta.get("namespace", "default"), meta.get("name", ""))
+    outcomes = prepare_claims(_state(state_dir), claims, driver=driver, node=node,
+                              allowed_types=frozenset(allowed) or None, sources=sources)
+    failed = 0
+    for uid, outcome in outcomes.items():
+        if outcome.error:
+            failed += 1
+            click.echo(f"claim {uid}: error: {outcome.error}", err=True)
+        else:
+            devices = ", ".join(f"{d['request']}={d['pool']}/{d['device']}" for d in outcome.devices)
+            click.echo(f"claim {uid}: prepared {devices}")
+    if failed:
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("claims_path", type=click.Path(exists=True), required=False)
+@click.option("--uid", "uids", multiple=True, help="Claim UID to unprepare (repeatable).")
+@click.option("--claim", "names", multiple=True, metavar="NS/NAME", help="Only these claims of CLAIMS_PATH.")
+@state_dir_option
+def unprepare(claims_path: str | None, uids: tuple[str, ...], names: tuple[str, ...], state_dir: str) -> None:
+    """Unprepare claims (all of CLAIMS_PATH, or the given UIDs); unknown claims succeed."""
+    from .claims.prepare import unprepare_claims
+
+    targets = list(uids)
+    if claims_path:
+        targets += [c["metadata"]["uid"] for c in _select(_source(claims_path), names)]
+    if not targets:
+        raise click.UsageError("give CLAIMS_PATH or --uid")
+    failed = 0
+    for uid, error in unprepare_claims(_state(state_dir), targets).items():
+        if error:
+            failed += 1
+            click.echo(f"claim {uid}: error: {error}", err=True)
+        else:
+            click.echo(f"claim {uid}: unprepared")
+    if failed:
+        sys.exit(1)
+
+
+@main.command("publish-status")
+@click.argument("claims_path", type=click.Path(exists=True))
+@state_dir_option
+@driver_option
+def publish_status(claims_path: str, state_dir: str, driver: str) -> None:
+    """Drain the status outbox into <manifest>.<ns>.<name>.status.json files next to the manifests."""
+    from .status.drain import drain_outbox
+    from .status.sink import LocalStatusSink
+
+    source = _source(claims_path)
+    report = drain_outbox(_state(state_dir), LocalStatusSink(source.path_of), driver=driver)
+    click.echo(f"published {report.published} claim status update(s)")
+    for uid, error in sorted(report.failed.items()):
+        click.echo(f"claim {uid}: not published: {error}", err=True)
+    if report.failed:
+        sys.exit(1)
+
+
+@main.command()
+@state_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print the raw records as JSON.")
+def inspect(state_dir: str, as_json: bool) -> None:
+    """Show what the state dir holds: prepared claims, attachments, pending status."""
+    state = _state(state_dir)
+    snapshot = {"stateDir": state.root, "claims": state.list_claims(), "attachments": state.list_attachments(),
+                "outbox": state.list_outbox()}
+    if as_json:
+        click.echo(jsonio.dumps(snapshot, pretty=True).decode())
+        return
+    click.echo(f"state dir {state.root}")
+    click.echo(f"prepared claims: {len(snapshot['claims'])}")
+    for c in snapshot["claims"]:
+        pods = ", ".join(p.get("name") or p.get("uid") for p in c.get("pods", []))
+        click.echo(f"  {c['namespace']}/{c['name']} uid={c['uid']} pods=[{pods}]")
+        for d in c["devices"]:
+            plugins = "+".join(p.get("type", "?") for p in d["config"]["plugins"])
+            click.echo(f"    {d['request']}: {d['pool']}/{d['device']} ifName={d.get('ifName') or 'auto'} {plugins}")
+    click.echo(f"attachments: {len(snapshot['attachments'])}")
+    for a in snapshot["attachments"]:
+        pod = a.get("pod") or {}
+        click.echo(f"  {a['network']} container={a['containerID']} pod={pod.get('namespace')}/{pod.get('name')} "
+                   f"state={a['state']}")
+        for d in a["devices"]:
+            ips = ", ".join(ip.get("address", "") for ip in (d.get("result") or {}).get("ips", []))
+            click.echo(f"    {d['ifName']}: claim {d['claim']['namespace']}/{d['claim']['name']} "
+                       f"{d['pool']}/{d['device']} {ips}".rstrip())
+    pending = [o for o in snapshot["outbox"] if o["seq"] > o["publishedSeq"]]
+    click.echo(f"status outbox: {len(pending)} pending of {len(snapshot['outbox'])}")
+    for o in pending:
+        click.echo(f"  {o['claim']['namespace']}/{o['claim']['name']} seq={o['seq']} published={o['publishedSeq']}")
+
+
+@main.command()
+@click.argument("path", type=click.Path(exists=True))
+@click.option("--allow-type", "allowed", multiple=True, metavar="TYPE", help="Allowed delegate plugin types.")
+@driver_option
+def validate(path: str, allowed: tuple[str, ...], driver: str) -> None:
+    """Validate claim parameters: a parameters file (YAML/JSON) or ResourceClaim manifests."""
+    import yaml
+
+    from .claims.params import ParameterError, validate_parameters
+
+    with open(path, "rb") as f:
+        docs = [d for d in yaml.safe_load_all(f) if d is not None]
+    found = 0
+    problems = []
+    for doc in docs:
+        candidates = []
+        if isinstance(doc, dict) and doc.get("kind") == "ResourceClaim":
+            allocated = ((doc.get("status") or {}).get("allocation") or {}).get("devices") or {}
+            configs = allocated.get("config") or (doc.get("spec") or {}).get("devices", {}).get("config") or []
+            name = f"{doc.get('metadata', {}).get('namespace', 'default')}/{doc.get('metadata', {}).get('name')}"
+            for i, cfg in enumerate(configs):
+                opaque = cfg.get("opaque") or {}
+                if opaque.get("driver") != driver:
+                    continue
+                candidates.append((f"{name} config[{i}]", opaque.get("parameters")))
+        else:
+            candidates.append((path, doc))
+        for where, params in candidates:
+            found += 1
+            try:
+                validate_parameters(params, allowed_types=frozenset(allowed) or None)
+            except ParameterError as exc:
+                problems.append(f"{where}: {exc}")
+    for p in problems:
+        click.echo(p, err=True)
+    click.echo(f"{found - len(problems)} of {found} parameter set(s) valid")
+    if problems or not found:
+        sys.exit(1)

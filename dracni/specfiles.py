@@ -19,6 +19,7 @@ def spec_path(*parts: str) -> str:
 
 
 def load_json_spec(name: str) -> dict:
-    
+    from . import jsonio
+
     with open(spec_path(name), "rb") as f:
         return jsonio.loads(f.read())

@@ -56,15 +56,21 @@ def best_common_version(theirs: list[str], cap: str = LATEST) -> str | None:
 
 
 def to_current(result: dict, version: str | None = None) -> dict:
-    """Convert a result of any supported version to the internal 1.x form."""
+    """Convert a result of any supported version to the internal 1.x form.
+
+    The form keeps the version it came in when that is 1.x (so a delegate's result is
+    reported as the delegate wrote it); an older result becomes 1.0.0.
+    """
     version = version or result.get("cniVersion") or LATEST
     if version not in SUPPORTED_VERSIONS:
         raise CNIError(INCOMPATIBLE_VERSION, f"cannot convert a result of version {version!r}",
                        f"supported versions: {', '.join(SUPPORTED_VERSIONS)}")
     out = dict(result)
-    if not at_least(version, "1.0.0"):
+    if at_least(version, "1.0.0"):
+        out["cniVersion"] = version
+    else:
         out["ips"] = [{k: v for k, v in ip.items() if k != "version"} for ip in result.get("ips") or []]
-    out["cniVersion"] = LATEST
+        out["cniVersion"] = "1.0.0"
     return out
 
 

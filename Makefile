@@ -1,0 +1,63 @@
+# dracni — every set-up step a fresh Debian bookworm machine needs, run as root.
+#   make demo    end-to-end without a cluster: a "pod" netns gets an interface from a claim
+#   make test    install what is needed, build the frozen binary, run every test
+#   make bench   hot-path benchmarks (medians and ratios from one run)
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+TOOLS  := .cache/cni-tools
+DRACNI := dist/dracni/dracni
+APT_PACKAGES := containernetworking-plugins iproute2 golang-go golang-github-appc-cni-dev \
+                python3-venv python3-dev binutils xz-utils ca-certificates
+SOURCES := $(shell find dracni cmd spec packaging -type f -not -path '*/__pycache__/*' 2>/dev/null) pyproject.toml
+
+.PHONY: help deps sysdeps venv tools binary test unit integration demo bench clean
+
+help:
+	@echo "make demo | make test | make bench | make binary | make clean"
+
+# -- dependencies: Debian packages, then a virtualenv from pyproject.toml ----------------
+sysdeps: .cache/sysdeps.stamp
+.cache/sysdeps.stamp: Makefile
+	@mkdir -p .cache
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "apt-get install $$missing"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+	@touch $@
+
+venv: $(BIN)/.stamp
+$(BIN)/.stamp: pyproject.toml .cache/sysdeps.stamp
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[build,test]'
+	@touch $@
+
+deps: sysdeps venv
+
+tools: $(TOOLS)/cnitool
+$(TOOLS)/cnitool: tests/tools/build-cni-tools.sh .cache/sysdeps.stamp
+	tests/tools/build-cni-tools.sh $(TOOLS)
+
+# -- the frozen bundle --------------------------------------------------------------------
+binary: $(DRACNI)
+$(DRACNI): $(SOURCES) $(BIN)/.stamp
+	$(BIN)/pyinstaller --noconfirm --log-level WARN --distpath dist --workpath build/pyinstaller packaging/dracni.spec
+	@touch $@
+
+# -- the two commands -----------------------------------------------------------------------
+test: deps tools binary
+	DRACNI_BINARY=$(CURDIR)/$(DRACNI) CNI_TOOLS=$(CURDIR)/$(TOOLS) $(BIN)/pytest -q -p no:cacheprovider tests
+
+demo: deps tools binary
+	DRACNI_BINARY=$(CURDIR)/$(DRACNI) CNI_TOOLS=$(CURDIR)/$(TOOLS) $(BIN)/python -m tests.demo
+
+bench: deps tools binary
+	DRACNI_BINARY=$(CURDIR)/$(DRACNI) CNI_TOOLS=$(CURDIR)/$(TOOLS) $(BIN)/python -m tests.bench
+
+clean:
+	rm -rf build dist .cache $(VENV) *.egg-info

@@ -1,0 +1,74 @@
+"""Publish pending StatusOutbox records through a :class:`~dracni.status.sink.StatusSink`.
+
+Each pending record (``seq > publishedSeq``) holds the full desired set of this driver's
+device facts for one claim.  They become ``status.devices`` entries, go to the sink in one
+call per claim, and the record is then marked published *with the seq that was read*: a
+newer state written by the CNI plugin in the meantime keeps the record pending, so the next
+drain publishes it.  A claim that fails is reported and stays pending; the others go on.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from dracni.state.store import StateDir, StateError
+from dracni.status.entries import status_devices
+from dracni.status.sink import SinkError, StatusSink
+
+
+@dataclass
+class DrainReport:
+    published: int = 0
+    failed: dict[str, str] = field(default_factory=dict)  # claim uid -> error
+
+
+def _pending(state: StateDir, report: DrainReport) -> list[dict]:
+    """Pending outbox records; an unreadable record is reported instead of failing them all."""
+    try:
+        return state.pending_outbox()
+    except StateError:
+        pass
+    records = []
+    try:
+        names = sorted(os.listdir(os.path.join(state.root, "outbox")))
+    except OSError as exc:
+        report.failed["*"] = f"cannot list the outbox: {exc.strerror}"
+        return []
+    for filename in names:
+        if not filename.endswith(".json"):
+            continue
+        uid = filename[: -len(".json")]
+        try:
+            record = state.read_outbox(uid)
+        except StateError as exc:
+            report.failed[uid] = str(exc)
+            continue
+        if record is not None and record.get("seq", 0) > record.get("publishedSeq", 0):
+            records.append(record)
+    return records
+
+
+def drain_outbox(state: StateDir, sink: StatusSink, *, driver: str) -> DrainReport:
+    """Publish every pending outbox record once; see the module docstring."""
+    report = DrainReport()
+    for record in _pending(state, report):
+        claim = record.get("claim") or {}
+        uid = claim.get("uid") or "?"
+        seq = record.get("seq")
+        try:
+            devices = status_devices(record, driver=driver)
+            sink.apply(claim, driver, devices)
+        except SinkError as exc:
+            report.failed[uid] = str(exc)
+            continue
+        except Exception as exc:  # a malformed record or a sink bug must not stop the others
+            report.failed[uid] = f"{type(exc).__name__}: {exc}"
+            continue
+        try:
+            state.mark_published(uid, seq)
+        except StateError as exc:
+            report.failed[uid] = f"published, but not recorded: {exc}"
+            continue
+        report.published += 1
+    return report

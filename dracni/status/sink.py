@@ -1,0 +1,214 @@
+"""Where ``status.devices`` entries go: the API server, or a file beside a claim manifest.
+
+A :class:`StatusSink` replaces *one driver's* entries of a claim's ``status.devices`` and keeps
+the other drivers' entries, the semantics of a server-side apply of the status subresource
+with ``fieldManager=<driver>`` (CONTRACTS.md section 3).
+
+:class:`LocalStatusSink` is the clusterless sink: for a claim read from a manifest file
+``<dir>/<stem>.yaml`` it maintains ``<dir>/<stem>.<namespace>.<name>.status.json``, a partial
+ResourceClaim holding only ``metadata`` and ``status.devices``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Protocol, runtime_checkable
+
+import orjson
+
+from dracni.status.entries import device_id, validate_device_status
+
+API_VERSION = "resource.k8s.io/v1"
+KIND = "ResourceClaim"
+STATUS_FILE_MODE = 0o644
+_MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class SinkError(Exception):
+    """Publishing a claim's status failed; ``retryable`` tells whether trying again may help."""
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+@runtime_checkable
+class StatusSink(Protocol):
+    def apply(self, claim: dict, driver: str, devices: list[dict]) -> None:
+        """Make ``devices`` this driver's entries of the claim's ``status.devices``.
+
+        ``claim`` is ``{"uid", "namespace", "name"}``.  Other drivers' entries stay.  Raises
+        :class:`SinkError` on failure.
+        """
+        ...
+
+
+def status_path_for(manifest_path: str, namespace: str, name: str) -> str:
+    """``<manifest path without .yaml/.yml/.json>.<namespace>.<name>.status.json``."""
+    stem = manifest_path
+    for suffix in _MANIFEST_SUFFIXES:
+        if stem.endswith(suffix) and len(stem) > len(suffix):
+            stem = stem[: -len(suffix)]
+            break
+    return f"{stem}.{namespace}.{name}.status.json"
+
+
+def _entry_sort_key(entry: dict) -> tuple[str, str, str, str]:
+    def text(key: str) -> str:
+        value = entry.get(key)
+        return value if isinstance(value, str) else ""
+
+    return (text("driver"), text("pool"), text("device"), text("shareID"))
+
+
+class LocalStatusSink:
+    """Writes claim status next to the claim's manifest file (clusterless operation).
+
+    ``locate(namespace, name)`` returns the manifest file of a claim, or None when the claim
+    is unknown.  Writes are atomic (temp file, fsync, rename, fsync of the directory) and
+    serialized across processes by an advisory lock on the directory, so drivers sharing a
+    manifest do not lose each other's entries.  Entries are checked with the API server's
+    rules first: what the API would answer 422 to fails here too (not retryable).
+    """
+
+    def __init__(self, locate: Callable[[str, str], str | None]) -> None:
+        self._locate = locate
+
+    def status_path(self, namespace: str, name: str) -> str | None:
+        manifest = self._locate(namespace, name)
+        if manifest is None:
+            return None
+        return status_path_for(os.fspath(manifest), namespace, name)
+
+    def read(self, namespace: str, name: str) -> dict | None:
+        """The status document of a claim, or None when there is none."""
+        path = self.status_path(namespace, name)
+        return None if path is None else _read_document(path)
+
+    def apply(self, claim: dict, driver: str, devices: list[dict]) -> None:
+        namespace, name, uid = claim.get("namespace"), claim.get("name"), claim.get("uid")
+        if not namespace or not name:
+            raise SinkError(f"claim {claim!r} has no namespace/name", retryable=False)
+        try:
+            path = self.status_path(namespace, name)
+        except Exception as exc:  # the locator reads manifests: report, don't crash the drain
+            raise SinkError(f"cannot locate claim {namespace}/{name}: {exc}") from exc
+        if path is None:
+            raise SinkError(f"claim {namespace}/{name} is not in any manifest", retryable=False)
+
+        ours = [dict(d, driver=driver) for d in devices]
+        directory = os.path.dirname(path) or "."
+        with _locked_dir(directory):
+            existing = _read_document(path)
+            kept: list[dict] = []
+            if existing is not None:
+                old_uid = (existing.get("metadata") or {}).get("uid")
+                # A claim re-created under the same name is a new object: old entries die.
+                if not uid or not old_uid or old_uid == uid:
+                    old = (existing.get("status") or {}).get("devices") or []
+                    kept = [e for e in old if isinstance(e, dict) and e.get("driver") != driver]
+            merged = sorted(kept + ours, key=_entry_sort_key)
+
+            mine = {id(e) for e in ours}
+            problems: list[str] = []
+            seen: set[str] = set()
+            for index, entry in enumerate(merged):
+                ident = device_id(entry)
+                if id(entry) in mine:
+                    problems.extend(validate_device_status(entry, path=f"status.devices[{index}]"))
+                    if ident in seen:
+                        problems.append(f"status.devices[{index}]: Duplicate value: {orjson.dumps(ident).decode()}")
+                seen.add(ident)
+            if problems:
+                raise SinkError(
+                    f"ResourceClaim.resource.k8s.io {name!r} is invalid: " + "; ".join(problems),
+                    retryable=False,
+                )
+
+            if not merged:
+                _remove(path)
+                return
+            document = {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "metadata": {"namespace": namespace, "name": name, **({"uid": uid} if uid else {})},
+                "status": {"devices": merged},
+            }
+            _write_atomic(path, document)
+
+
+# -- file helpers --------------------------------------------------------------------------
+@contextmanager
+def _locked_dir(directory: str) -> Iterator[None]:
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SinkError(f"cannot open {directory}: {exc.strerror}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _read_document(path: str) -> dict | None:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SinkError(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        document: Any = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise SinkError(f"corrupt status file {path}: {exc}", retryable=False) from exc
+    if not isinstance(document, dict):
+        raise SinkError(f"corrupt status file {path}: not a JSON object", retryable=False)
+    return document
+
+
+def _write_atomic(path: str, document: dict) -> None:
+    directory = os.path.dirname(path) or "."
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}")
+    data = orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, STATUS_FILE_MODE)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+        _fsync_dir(directory)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise SinkError(f"cannot write {path}: {exc.strerror}") from exc
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise SinkError(f"cannot remove {path}: {exc.strerror}") from exc
+    try:
+        _fsync_dir(os.path.dirname(path) or ".")
+    except OSError as exc:
+        raise SinkError(f"cannot sync {os.path.dirname(path)}: {exc.strerror}") from exc
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,165 @@
+"""Real-parts test harness: throwaway network namespaces, a CNI bin dir, cnitool, dracni.
+
+The "host" side of every test runs inside its own network namespace (``ip netns exec``), so
+bridges, veths, addresses and sysctls never touch the machine's real network.  Every IPAM
+``dataDir`` and the dracni state dir live in a temp dir.  Everything is removed on exit, also
+when a test fails.
+
+Used by the integration tests, ``make demo`` (tests/demo.py) and ``make bench``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DEBIAN_CNI_DIR = Path("/usr/lib/cni")
+DRACNI_BINARY = Path(os.environ.get("DRACNI_BINARY", REPO / "dist" / "dracni" / "dracni"))
+CNI_TOOLS = Path(os.environ.get("CNI_TOOLS", REPO / ".cache" / "cni-tools"))
+NETNS_RUN = Path("/var/run/netns")
+
+
+def run(cmd: list[str], *, check: bool = True, input: bytes | None = None, env: dict | None = None,
+        timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, input=input, env=env, capture_output=True, check=check, timeout=timeout)
+
+
+def ip(*args: str, netns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    prefix = ["ip", "netns", "exec", netns] if netns else []
+    return run(prefix + ["ip", *args], check=check)
+
+
+class Netns:
+    """A named network namespace (``/var/run/netns/<name>``), deleted on close."""
+
+    def __init__(self, prefix: str) -> None:
+        self.name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        run(["ip", "netns", "add", self.name])
+        ip("link", "set", "lo", "up", netns=self.name)
+
+    @property
+    def path(self) -> str:
+        return str(NETNS_RUN / self.name)
+
+    def exec(self, *cmd: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+        return run(["ip", "netns", "exec", self.name, *cmd], check=check, **kw)
+
+    def links(self) -> dict[str, dict]:
+        out = self.exec("ip", "-j", "addr", "show").stdout
+        return {link["ifname"]: link for link in json.loads(out or b"[]")}
+
+    def exists(self) -> bool:
+        return os.path.exists(self.path)
+
+    def close(self) -> None:
+        if self.exists():
+            run(["ip", "netns", "del", self.name], check=False)
+
+
+class Lab:
+    """One test's world: a host netns with NICs, pod netnses, a CNI bin dir and a temp tree."""
+
+    def __init__(self, base: Path | None = None, nics: tuple[str, ...] = ("eth1",)) -> None:
+        self._own_tmp = base is None
+        self.tmp = Path(tempfile.mkdtemp(prefix="dracni-lab-")) if base is None else Path(base)
+        self.state_dir = self.tmp / "state"
+        self.ipam_dir = self.tmp / "ipam"
+        self.netconf_dir = self.tmp / "net.d"
+        self.claims_dir = self.tmp / "claims"
+        self.log_file = self.tmp / "dracni.log"
+        for d in (self.ipam_dir, self.netconf_dir, self.claims_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        self.bin_dir = self.tmp / "bin"
+        self.pods: list[Netns] = []
+        self.host = Netns("dracni-host")
+        try:
+            for nic in nics:  # stand-ins for the node's NICs (veth: this kernel has no dummy links)
+                ip("link", "add", nic, "type", "veth", "peer", "name", f"{nic}p", netns=self.host.name)
+                ip("link", "set", nic, "up", netns=self.host.name)
+                ip("link", "set", f"{nic}p", "up", netns=self.host.name)
+            self._make_bin_dir()
+        except BaseException:
+            self.close()
+            raise
+
+    def _make_bin_dir(self) -> None:
+        """Debian's plugins, cnitool's noop and dracni, linked the way /opt/cni/bin would hold them."""
+        self.bin_dir.mkdir(exist_ok=True)
+        for plugin in DEBIAN_CNI_DIR.iterdir():
+            (self.bin_dir / plugin.name).symlink_to(plugin)
+        if (CNI_TOOLS / "noop").exists():
+            (self.bin_dir / "noop").symlink_to(CNI_TOOLS / "noop")
+        # The onedir bundle is a directory: CNI_PATH lookup must work through a link to its executable.
+        (self.bin_dir / "dracni").symlink_to(DRACNI_BINARY)
+
+    def pod(self, prefix: str = "dracni-pod") -> Netns:
+        ns = Netns(prefix)
+        self.pods.append(ns)
+        return ns
+
+    # -- configuration -----------------------------------------------------------------------
+    def write_conflist(self, name: str = "podnet", cni_version: str = "1.0.0", primary: str = "ptp",
+                       dracni_extra: dict | None = None, subnet: str = "10.244.0.0/24") -> dict:
+        """The node's network: a primary plugin with dracni chained after it."""
+        primary_conf: dict = {"type": primary, "ipam": {"type": "host-local", "subnet": subnet,
+                                                        "dataDir": str(self.ipam_dir)}}
+        if primary == "bridge":
+            primary_conf.update({"bridge": "cni0", "isGateway": True})
+        conflist = {"cniVersion": cni_version, "name": name, "plugins": [
+            primary_conf,
+            {"type": "dracni", "stateDir": str(self.state_dir), "logFile": str(self.log_file),
+             "logLevel": "debug", **(dracni_extra or {})},
+        ]}
+        (self.netconf_dir / f"10-{name}.conflist").write_text(json.dumps(conflist, indent=2))
+        return conflist
+
+    def env(self, pod_uid: str | None = None, pod_name: str = "demo", namespace: str = "default",
+            extra: dict | None = None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CNI_")}
+        args = f"IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={pod_name}"
+        if pod_uid:
+            args += f";K8S_POD_INFRA_CONTAINER_ID=infra;K8S_POD_UID={pod_uid}"
+        env.update({"NETCONFPATH": str(self.netconf_dir), "CNI_PATH": str(self.bin_dir), "CNI_ARGS": args})
+        env.update(extra or {})
+        return env
+
+    # -- the runtime: cnitool inside the host netns -----------------------------------------------
+    def cnitool(self, command: str, pod: Netns, network: str = "podnet", check: bool = True,
+                **env_kw) -> subprocess.CompletedProcess:
+        tool = str(CNI_TOOLS / "cnitool")
+        proc = self.host.exec(tool, command, network, pod.path, env=self.env(**env_kw), check=False)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"cnitool {command} failed ({proc.returncode}):\nstdout: {proc.stdout.decode()}"
+                                 f"\nstderr: {proc.stderr.decode()}\nlog:\n{self.read_log()}")
+        return proc
+
+    def dracni(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        """The operator CLI of the frozen bundle."""
+        proc = run([str(DRACNI_BINARY), *args], check=False)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"dracni {' '.join(args)} failed ({proc.returncode}):\n"
+                                 f"{proc.stdout.decode()}\n{proc.stderr.decode()}")
+        return proc
+
+    def read_log(self) -> str:
+        return self.log_file.read_text() if self.log_file.exists() else ""
+
+    def close(self) -> None:
+        for ns in self.pods:
+            ns.close()
+        self.host.close()
+        if self._own_tmp:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def container_id_for(netns_path: str) -> str:
+    """cnitool's container ID: ``cnitool-`` + hex of the first 10 bytes of sha512(netns path)."""
+    import hashlib
+
+    return "cnitool-" + hashlib.sha512(netns_path.encode()).hexdigest()[:20]

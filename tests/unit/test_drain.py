@@ -1,0 +1,169 @@
+"""drain_outbox: pending StatusOutbox records to a StatusSink, seq by seq."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from dracni.state.store import StateDir
+from dracni.status.drain import DrainReport, drain_outbox
+from dracni.status.sink import LocalStatusSink, SinkError
+
+DRIVER = "dracni.io"
+
+
+def claim(n: int) -> dict:
+    return {"uid": f"claim-uid-{n}", "namespace": "default", "name": f"nets-{n}", "driver": DRIVER}
+
+
+def fact(device: str, *, ready: bool = True, updated: str = "2026-11-21T05:00:00Z") -> dict:
+    return {
+        "request": "macvlan",
+        "pool": "node-1",
+        "device": device,
+        "shareID": None,
+        "ifName": device,
+        "ready": ready,
+        "result": {
+            "cniVersion": "1.1.0",
+            "interfaces": [{"name": device, "mac": "0A:58:0A:00:00:05", "sandbox": "/var/run/netns/x"}],
+            "ips": [{"address": "10.0.0.5/24", "gateway": "10.0.0.1", "interface": 0}],
+        }
+        if ready
+        else None,
+        "error": None if ready else {"code": 7, "msg": "no master"},
+        "containerID": "c0ffee",
+        "podUID": "pod-1",
+        "updatedAt": updated,
+    }
+
+
+def add(*facts):
+    return lambda devices: devices + list(facts)
+
+
+class RecordingSink:
+    def __init__(self, fail: dict | None = None, during=None):
+        self.calls: list[tuple[dict, str, list[dict]]] = []
+        self.fail = fail or {}
+        self.during = during
+
+    def apply(self, claim: dict, driver: str, devices: list[dict]) -> None:
+        self.calls.append((claim, driver, devices))
+        if self.during is not None:
+            self.during(claim)
+        error = self.fail.get(claim["uid"])
+        if error is not None:
+            raise error
+
+
+@pytest.fixture
+def state(tmp_path):
+    s = StateDir(str(tmp_path / "state"))
+    s.ensure()
+    return s
+
+
+def test_publishes_and_marks(state):
+    state.update_outbox(claim(1), add(fact("net1")))
+    state.update_outbox(claim(2), add(fact("net2", ready=False)))
+    sink = RecordingSink()
+    report = drain_outbox(state, sink, driver=DRIVER)
+    assert report == DrainReport(published=2, failed={})
+    assert [c[0] for c in sink.calls] == [
+        {"uid": "claim-uid-1", "namespace": "default", "name": "nets-1"},
+        {"uid": "claim-uid-2", "namespace": "default", "name": "nets-2"},
+    ]
+    _, driver, devices = sink.calls[0]
+    assert driver == DRIVER
+    assert devices[0]["networkData"] == {
+        "interfaceName": "net1",
+        "ips": ["10.0.0.5/24"],
+        "hardwareAddress": "0a:58:0a:00:00:05",
+    }
+    assert state.pending_outbox() == []
+    # published records with facts stay (the desired state); nothing to do on the next drain
+    assert state.read_outbox("claim-uid-1")["publishedSeq"] == 1
+    assert drain_outbox(state, sink, driver=DRIVER) == DrainReport()
+    assert len(sink.calls) == 2
+
+
+def test_failing_claim_stays_pending_others_continue(state):
+    state.update_outbox(claim(1), add(fact("net1")))
+    state.update_outbox(claim(2), add(fact("net2")))
+    state.update_outbox(claim(3), add(fact("net3")))
+    sink = RecordingSink(fail={"claim-uid-2": SinkError("apiserver said 503")})
+    report = drain_outbox(state, sink, driver=DRIVER)
+    assert report.published == 2
+    assert report.failed == {"claim-uid-2": "apiserver said 503"}
+    assert [r["claim"]["uid"] for r in state.pending_outbox()] == ["claim-uid-2"]
+    # the retry succeeds
+    sink.fail = {}
+    assert drain_outbox(state, sink, driver=DRIVER) == DrainReport(published=1)
+    assert state.pending_outbox() == []
+
+
+def test_unexpected_sink_exception_is_reported(state):
+    state.update_outbox(claim(1), add(fact("net1")))
+    report = drain_outbox(state, RecordingSink(fail={"claim-uid-1": RuntimeError("bug")}), driver=DRIVER)
+    assert report.published == 0 and report.failed == {"claim-uid-1": "RuntimeError: bug"}
+    assert len(state.pending_outbox()) == 1
+
+
+def test_newer_update_during_drain_stays_pending(state):
+    state.update_outbox(claim(1), add(fact("net1")))
+
+    def meanwhile(c):
+        # the CNI plugin records a DEL while the status is being published
+        state.update_outbox(claim(1), lambda devices: [])
+
+    sink = RecordingSink(during=meanwhile)
+    report = drain_outbox(state, sink, driver=DRIVER)
+    assert report.published == 1
+    record = state.read_outbox("claim-uid-1")
+    assert record["seq"] == 2 and record["publishedSeq"] == 1
+    assert [r["claim"]["uid"] for r in state.pending_outbox()] == ["claim-uid-1"]
+
+    # the next drain publishes the empty set and the record disappears
+    sink.during = None
+    assert drain_outbox(state, sink, driver=DRIVER) == DrainReport(published=1)
+    assert sink.calls[-1][2] == []
+    assert state.read_outbox("claim-uid-1") is None
+
+
+def test_latest_fact_per_device_is_published(state):
+    state.update_outbox(claim(1), add(fact("net1", ready=False, updated="2026-11-21T05:00:00Z")))
+    state.update_outbox(claim(1), add(fact("net1", ready=True, updated="2026-11-21T05:00:01Z")))
+    sink = RecordingSink()
+    drain_outbox(state, sink, driver=DRIVER)
+    devices = sink.calls[0][2]
+    assert len(devices) == 1 and devices[0]["conditions"][0]["status"] == "True"
+
+
+def test_corrupt_record_does_not_block_the_others(state):
+    state.update_outbox(claim(1), add(fact("net1")))
+    with open(os.path.join(state.root, "outbox", "claim-uid-9.json"), "w") as f:
+        f.write("{broken")
+    sink = RecordingSink()
+    report = drain_outbox(state, sink, driver=DRIVER)
+    assert report.published == 1
+    assert list(report.failed) == ["claim-uid-9"]
+
+
+def test_drain_into_local_sink(state, tmp_path):
+    manifest = tmp_path / "claims.yaml"
+    manifest.write_text("kind: ResourceClaim\n")
+    sink = LocalStatusSink(lambda ns, name: str(manifest) if name.startswith("nets-") else None)
+    state.update_outbox(claim(1), add(fact("net1"), fact("net2", ready=False)))
+    state.update_outbox({**claim(2), "name": "unknown"}, add(fact("net1")))
+    report = drain_outbox(state, sink, driver=DRIVER)
+    assert report.published == 1
+    assert set(report.failed) == {"claim-uid-2"}
+    document = sink.read("default", "nets-1")
+    assert [d["device"] for d in document["status"]["devices"]] == ["net1", "net2"]
+
+    state.update_outbox(claim(1), lambda devices: [])
+    assert drain_outbox(state, sink, driver=DRIVER).published == 1
+    assert sink.read("default", "nets-1") is None
+    assert state.read_outbox("claim-uid-1") is None
