@@ -10,42 +10,21 @@ and a check that nothing is left behind.
 
 from __future__ import annotations
 
-import copy
 import json
 import sys
 import uuid
 
-import yaml
-
-from tests.harness import Lab, run
+from tests.harness import Lab, attachment_params, claim_manifest, run, write_manifest
 
 POD_UID = str(uuid.uuid4())
 
 
-def claim_manifest(lab: Lab) -> dict:
-    params = {
-        "apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachment", "ifName": "net1",
-        "config": {"cniVersion": "1.0.0", "name": "macvlan-eth1", "plugins": [{
-            "type": "macvlan", "master": "eth1", "mode": "bridge",
-            "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.10.1.0/24"}]], "dataDir": str(lab.ipam_dir)},
-        }]},
-    }
-    opaque = {"driver": "dracni.io", "parameters": params}
-    return {
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-        "metadata": {"name": "demo-macvlan", "namespace": "default", "uid": str(uuid.uuid4())},
-        "spec": {"devices": {
-            "requests": [{"name": "macvlan", "exactly": {"deviceClassName": "dracni.io"}}],
-            "config": [{"requests": ["macvlan"], "opaque": opaque}],
-        }},
-        "status": {
-            "allocation": {"devices": {
-                "results": [{"request": "macvlan", "driver": "dracni.io", "pool": "demo-node", "device": "eth1"}],
-                "config": [{"source": "FromClaim", "requests": ["macvlan"], "opaque": copy.deepcopy(opaque)}],
-            }},
-            "reservedFor": [{"resource": "pods", "name": "demo", "uid": POD_UID}],
-        },
-    }
+def demo_claim(lab: Lab) -> dict:
+    plugin = {"type": "macvlan", "master": "eth1", "mode": "bridge",
+              "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.10.1.0/24"}]], "dataDir": str(lab.ipam_dir)}}
+    params = attachment_params([plugin], name="macvlan-eth1", if_name="net1")
+    return claim_manifest("demo-macvlan", pod_uid=POD_UID, pod_name="demo",
+                          devices=[{"request": "macvlan", "pool": "demo-node", "device": "eth1", "params": params}])
 
 
 def step(text: str) -> None:
@@ -66,8 +45,7 @@ def main() -> int:
         print(json.dumps(lab.write_conflist(), indent=2))
 
         step("a ResourceClaim asking for macvlan on eth1, allocated and reserved for pod 'demo'")
-        manifest = lab.claims_dir / "demo-macvlan.yaml"
-        manifest.write_text(yaml.safe_dump(claim_manifest(lab), sort_keys=False))
+        manifest = write_manifest(lab.claims_dir, demo_claim(lab))
         print(manifest.read_text())
 
         step("dracni prepare (what NodePrepareResources does on a node)")

@@ -95,6 +95,7 @@ class Lab:
             (self.bin_dir / plugin.name).symlink_to(plugin)
         if (CNI_TOOLS / "noop").exists():
             (self.bin_dir / "noop").symlink_to(CNI_TOOLS / "noop")
+        (self.bin_dir / "recorder").symlink_to(REPO / "tests" / "tools" / "recorder-plugin")
         # The onedir bundle is a directory: CNI_PATH lookup must work through a link to its executable.
         (self.bin_dir / "dracni").symlink_to(DRACNI_BINARY)
 
@@ -147,6 +148,20 @@ class Lab:
                                  f"{proc.stdout.decode()}\n{proc.stderr.decode()}")
         return proc
 
+    def prepare(self, *claims: dict) -> subprocess.CompletedProcess:
+        """Write the claims' manifests and prepare them with the frozen CLI (kubelet's role)."""
+        for claim in claims:
+            write_manifest(self.claims_dir, claim)
+        return self.dracni("prepare", str(self.claims_dir), f"--state-dir={self.state_dir}")
+
+    def plugin(self, command: str, conf: dict, *, container_id: str = "", netns: str = "", ifname: str = "",
+               cni_args: str = "") -> subprocess.CompletedProcess:
+        """Exec the dracni plugin directly, inside the host netns, the way libcni would."""
+        env = self.env()
+        env.update({"CNI_COMMAND": command, "CNI_CONTAINERID": container_id, "CNI_NETNS": netns,
+                    "CNI_IFNAME": ifname, "CNI_ARGS": cni_args})
+        return self.host.exec(str(self.bin_dir / "dracni"), input=json.dumps(conf).encode(), env=env, check=False)
+
     def read_log(self) -> str:
         return self.log_file.read_text() if self.log_file.exists() else ""
 
@@ -163,3 +178,45 @@ def container_id_for(netns_path: str) -> str:
     import hashlib
 
     return "cnitool-" + hashlib.sha512(netns_path.encode()).hexdigest()[:20]
+
+
+def attachment_params(plugins: list[dict], *, name: str, if_name: str | None = None, cni_version: str = "1.0.0",
+                      **extra) -> dict:
+    """dracni's own opaque parameters for one attachment."""
+    params: dict = {"apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachment",
+                    "config": {"cniVersion": cni_version, "name": name, "plugins": plugins}}
+    if if_name:
+        params["ifName"] = if_name
+    params.update(extra)
+    return params
+
+
+def claim_manifest(name: str, *, pod_uid: str, devices: list[dict], pod_name: str = "demo",
+                   namespace: str = "default", uid: str | None = None, driver: str = "dracni.io") -> dict:
+    """An allocated ResourceClaim reserved for one pod.
+
+    ``devices``: ``[{"request", "pool", "device", "params"}]``, each with its own opaque config.
+    """
+    import copy
+
+    requests, results, config = [], [], []
+    for d in devices:
+        requests.append({"name": d["request"], "exactly": {"deviceClassName": driver}})
+        results.append({"request": d["request"], "driver": driver, "pool": d["pool"], "device": d["device"]})
+        config.append({"source": "FromClaim", "requests": [d["request"]],
+                       "opaque": {"driver": driver, "parameters": copy.deepcopy(d["params"])}})
+    return {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid or str(uuid.uuid4())},
+        "spec": {"devices": {"requests": requests, "config": copy.deepcopy(config)}},
+        "status": {"allocation": {"devices": {"results": results, "config": config}},
+                   "reservedFor": [{"resource": "pods", "name": pod_name, "uid": pod_uid}]},
+    }
+
+
+def write_manifest(directory: Path, claim: dict) -> Path:
+    import yaml
+
+    path = directory / f"{claim['metadata']['name']}.yaml"
+    path.write_text(yaml.safe_dump(claim, sort_keys=False))
+    return path

@@ -64,7 +64,9 @@ class DelegateRunner:
         cached = self._versions.get(key)
         if isinstance(cached, list):
             return cached
-        answer = self.exec(binary, "VERSION", {"cniVersion": LATEST}, ifname="", container_id="", netns="")
+        # As libcni does: no per-container variables, empty CNI_ARGS.
+        answer = self.exec(binary, "VERSION", {"cniVersion": LATEST}, ifname="", container_id="", netns="",
+                           cni_args="")
         versions = answer.get("supportedVersions") if answer else None
         if not isinstance(versions, list):
             raise CNIError(E.INVALID_CONFIG, f"delegate {binary} gave no supportedVersions in its VERSION answer")

@@ -114,8 +114,9 @@ class MetaPlugin:
             try:
                 self._add_device(dev)
             except CNIError as exc:
-                failure = exc
-                dev["error"] = {"code": exc.code, "msg": exc.msg, "details": exc.details}
+                where = f"claim {dev['claim']['namespace']}/{dev['claim']['name']} request {dev['request']}"
+                failure = CNIError(exc.code, f"{where} ({dev['ifName']}): {exc.msg}", exc.details)
+                dev["error"] = {"code": failure.code, "msg": failure.msg, "details": failure.details}
                 break
         if failure is not None:
             self._rollback(record, failure)
@@ -149,7 +150,7 @@ class MetaPlugin:
     def _rollback(self, record: dict, failure: CNIError) -> None:
         """DEL everything this ADD created, then record the failure for status and DEL."""
         for dev in reversed(record["devices"]):
-            for problem in self._del_device(dev, ignore_errors=True):
+            for problem in self._del_device(dev):
                 log.warning(f"rollback: {problem}")
         record["state"] = "failed"
         record["error"] = {"code": failure.code, "msg": failure.msg, "details": failure.details}
@@ -177,15 +178,25 @@ class MetaPlugin:
             return
         problems = []
         for dev in reversed(record["devices"]):
-            problems += self._del_device(dev, netns=req.netns, ignore_errors=False)
+            problems += self._del_device(dev)
         if problems:
+            self.state.put_attachment(record)  # remember what was released; the runtime retries DEL
             raise CNIError(E.TRY_AGAIN_LATER, f"DEL incomplete: {problems[0]}", "; ".join(problems[1:]))
         with self.state.locked():
             self.state.remove_attachment(req.network, req.container_id, req.ifname)
             self._retract_facts(record)
         log.info(f"DEL detached {', '.join(d['ifName'] for d in record['devices']) or 'nothing'}")
 
-    def _del_device(self, dev: dict, netns: str | None = None, ignore_errors: bool = True) -> list[str]:
+    def _del_device(self, dev: dict, *, container_id: str | None = None, netns: str | None = None,
+                    cni_args: str | None = None) -> list[str]:
+        """DEL every delegate of one device in reverse order; return the failures that matter.
+
+        DEL runs for every delegate, also those whose ADD failed or never ran (DEL is
+        idempotent and an ADD may fail half-way).  But only a delegate whose ADD succeeded
+        and was not yet released can hold something: its DEL errors are returned so the
+        runtime retries; others are logged (Debian's macvlan, for one, fails DEL when its
+        master link is gone, which would otherwise wedge the pod forever).
+        """
         problems = []
         result = dev.get("result")
         for delegate in reversed(dev["delegates"]):
@@ -194,12 +205,15 @@ class MetaPlugin:
                 conf["prevResult"] = from_current(result, delegate["cniVersion"])
             try:
                 binary = self.runner.find(delegate["type"])
-                self.runner.exec(binary, "DEL", conf, ifname=dev["ifName"], container_id=self.req.container_id,
-                                 netns=self.req.netns if netns is None else netns)
+                self.runner.exec(binary, "DEL", conf, ifname=dev["ifName"],
+                                 container_id=self.req.container_id if container_id is None else container_id,
+                                 netns=self.req.netns if netns is None else netns, cni_args=cni_args)
+                delegate["added"] = False
             except CNIError as exc:
-                problems.append(f"{dev['ifName']}: {exc.msg}")
-                if not ignore_errors:
-                    log.error(f"DEL of {dev['ifName']} delegate {delegate['type']}: {exc.msg}")
+                if delegate.get("added"):
+                    problems.append(f"{dev['ifName']}: {exc.msg}")
+                else:
+                    log.warning(f"DEL of {dev['ifName']} delegate {delegate['type']} (never added): {exc.msg}")
         return problems
 
     def _delete_without_record(self) -> None:
@@ -277,16 +291,9 @@ class MetaPlugin:
     def _gc_attachment(self, record: dict) -> list[str]:
         problems = []
         for dev in reversed(record["devices"]):
-            for delegate in reversed(dev["delegates"]):
-                conf = dict(delegate["config"])
-                if dev.get("result") is not None:
-                    conf["prevResult"] = from_current(dev["result"], delegate["cniVersion"])
-                try:
-                    binary = self.runner.find(delegate["type"])
-                    self.runner.exec(binary, "DEL", conf, ifname=dev["ifName"], container_id=record["containerID"],
-                                     netns=record.get("netns", ""), cni_args=record.get("cniArgs", ""))
-                except CNIError as exc:
-                    problems.append(f"container {record['containerID']} {dev['ifName']}: {exc.msg}")
+            problems += [f"container {record['containerID']} {p}" for p in self._del_device(
+                dev, container_id=record["containerID"], netns=record.get("netns", ""),
+                cni_args=record.get("cniArgs", ""))]
         if not problems:
             with self.state.locked():
                 self.state.remove_attachment(record["network"], record["containerID"], record["ifName"])

@@ -1,0 +1,230 @@
+"""Validate and normalise the opaque parameters of a ResourceClaim device config.
+
+The rules live in ``spec/claim-parameters.schema.json``; this module applies that schema,
+turns the most specific schema error into a message naming the offending field
+(``parameters.config.plugins[1].type: "macvlan/x" must not contain "/"``), and adds what a
+schema cannot express: decoding a JSON-string config first, the delegate type allowlist, and
+the derived names of a single-plugin config.
+
+jsonschema is imported here only (lazily, on first validation): nothing on the CNI hot path
+imports this module.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import re
+from functools import lru_cache
+from typing import Any, Iterable, Iterator
+
+SCHEMA_FILE = "claim-parameters.schema.json"
+API_VERSION_DRACNI = "dracni.io/v1alpha1"
+API_VERSION_CNI_DRA = "cni.networking.x-k8s.io/v1alpha1"
+
+_NETWORK_NAME = re.compile(r"\A[a-zA-Z0-9][a-zA-Z0-9_.\-]*\Z")
+_PLAIN_KEY = re.compile(r"\A[A-Za-z_][A-Za-z0-9_\-]*\Z")
+_IFNAMSIZ = 15  # bytes, without the terminating NUL
+_VALUE_LIMIT = 80
+
+
+class ParameterError(ValueError):
+    """Invalid opaque parameters; ``field`` is the offending path, e.g. ``parameters.ifName``."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+def validate_parameters(
+    params: object,
+    *,
+    allowed_types: frozenset[str] | None = None,
+    where: str = "parameters",
+) -> dict:
+    """Check ``params`` and return the normalised attachment.
+
+    The result is ``{"ifName", "config", "runtimeConfig", "capabilities"}`` where ``config`` is
+    always a conflist object (a single plugin config becomes a one-plugin conflist named after
+    its ``name``, else its ``type``).  ``allowed_types``, when given, is the allowlist of
+    delegate plugin types (the ``type`` of each plugin of the list; IPAM types are the
+    delegate's business).  The input is never modified; the result shares nothing with it.
+    """
+    if not isinstance(params, dict):
+        raise ParameterError(where, f"must be a JSON object, not {_json_type(params)}")
+    params = _decode_config(params, where)
+    _check_schema(params, where)
+    single = "plugins" not in params["config"]
+    config_field = f"{where}.config"
+    config = _as_conflist(params["config"], config_field) if single else copy.deepcopy(params["config"])
+    if allowed_types is not None:
+        _check_allowed_types(config, allowed_types, config_field, single)
+    if_name = params.get("ifName")
+    if if_name is not None and len(if_name.encode()) > _IFNAMSIZ:
+        raise ParameterError(f"{where}.ifName", f"{_show(if_name)} is longer than {_IFNAMSIZ} bytes")
+    return {
+        "ifName": if_name,
+        "config": config,
+        "runtimeConfig": copy.deepcopy(params.get("runtimeConfig") or {}),
+        "capabilities": dict(params.get("capabilities") or {}),
+    }
+
+
+# -- steps -------------------------------------------------------------------------------
+
+
+def _decode_config(params: dict, where: str) -> dict:
+    """dracni's own form accepts the config as a JSON string: decode it before validating."""
+    config = params.get("config")
+    if params.get("apiVersion") != API_VERSION_DRACNI or not isinstance(config, str):
+        return params
+    try:
+        decoded = json.loads(config)
+    except json.JSONDecodeError as exc:
+        raise ParameterError(f"{where}.config", f"not valid JSON: {exc}") from None
+    if not isinstance(decoded, dict):
+        raise ParameterError(
+            f"{where}.config",
+            f"the JSON string holds {_json_type(decoded)}, not a conflist or plugin config object",
+        )
+    return {**params, "config": decoded}
+
+
+def _check_schema(params: dict, where: str) -> None:
+    errors = list(_validator().iter_errors(params))
+    if errors:
+        field, reason = _describe(_best_error(errors), where)
+        raise ParameterError(field, reason)
+
+
+def _as_conflist(plugin: dict, field: str) -> dict:
+    """Wrap a single plugin config the way libcni's ConfListFromConf does."""
+    plugin = copy.deepcopy(plugin)
+    name = plugin.get("name") or plugin["type"]
+    if not _NETWORK_NAME.match(name):
+        raise ParameterError(
+            f"{field}.type",
+            f'{_show(plugin["type"])} cannot be used as the network name; set "name" in the config',
+        )
+    conflist: dict[str, Any] = {"name": name, "plugins": [plugin]}
+    if "cniVersion" in plugin:
+        conflist["cniVersion"] = plugin["cniVersion"]
+    return conflist
+
+
+def _check_allowed_types(config: dict, allowed: frozenset[str], field: str, single: bool) -> None:
+    for index, plugin in enumerate(config["plugins"]):
+        if plugin["type"] in allowed:
+            continue
+        where = f"{field}.type" if single else f"{field}.plugins[{index}].type"
+        listed = ", ".join(sorted(allowed)) if allowed else "none"
+        reason = f"{_show(plugin['type'])} is not an allowed plugin type (allowed: {listed})"
+        raise ParameterError(where, reason)
+
+
+# -- schema errors -----------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _validator() -> Any:
+    import jsonschema
+
+    from dracni.specfiles import load_json_spec
+
+    schema = load_json_spec(SCHEMA_FILE)
+    cls = jsonschema.validators.validator_for(schema)
+    return cls(schema)
+
+
+def _leaves(errors: Iterable[Any]) -> Iterator[Any]:
+    for error in errors:
+        if error.context:
+            yield from _leaves(error.context)
+        else:
+            yield error
+
+
+def _best_error(errors: list[Any]) -> Any:
+    """The deepest error (the most specific field); the first one among equals."""
+    return max(_leaves(errors), key=_depth)
+
+
+def _depth(error: Any) -> int:
+    """Path length of the field an error is about (a missing or unknown key is one deeper)."""
+    return len(error.absolute_path) + (error.validator in ("required", "additionalProperties"))
+
+
+def _describe(error: Any, where: str) -> tuple[str, str]:
+    path: list[str | int] = list(error.absolute_path)
+    template = error.schema.get("errorMessage") if isinstance(error.schema, dict) else None
+    if isinstance(template, dict):
+        template = template.get(error.validator)
+    if error.validator == "required":
+        path.append(_missing_property(error))
+        reason = template or "is required"
+    elif error.validator == "additionalProperties":
+        name, reason = _unknown_property(error)
+        path.append(name)
+    elif isinstance(template, str):
+        reason = template.replace("{value}", _show(error.instance))
+    else:
+        reason = error.message
+    return _format_path(where, path), reason
+
+
+def _missing_property(error: Any) -> str:
+    missing = [p for p in error.validator_value if p not in error.instance]
+    for name in missing:
+        if error.message.startswith(repr(name)):
+            return name
+    return missing[0] if missing else "?"
+
+
+def _unknown_property(error: Any) -> tuple[str, str]:
+    known = sorted(error.schema.get("properties", {}))
+    extras = [k for k in error.instance if k not in known]
+    name = extras[0] if extras else "?"
+    by_lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1)
+    if close:
+        hint = f'; did you mean "{by_lower[close[0]]}"?'
+    else:
+        hint = f" (known fields: {', '.join(known)})"
+    return name, f"unknown field{hint}"
+
+
+def _format_path(where: str, parts: Iterable[str | int]) -> str:
+    out = where
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _PLAIN_KEY.match(part):
+            out += f".{part}"
+        else:
+            out += f"[{json.dumps(part)}]"
+    return out
+
+
+def _show(value: object) -> str:
+    """A value as JSON, shortened for messages."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= _VALUE_LIMIT else text[: _VALUE_LIMIT - 3] + "..."
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__

@@ -1,0 +1,105 @@
+"""Prepare and unprepare claims on this node: the logic behind ``dracni prepare`` and the
+kubelet's NodePrepareResources / NodeUnprepareResources.
+
+Both are idempotent, as kubelet requires (it replays prepare after a restart, and may
+unprepare a claim that was never prepared).  One failing claim gets an error string in its
+outcome and does not stop the others: kubelet reports errors per claim.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from dracni.claims.resolve import ClaimError, resolve_claim
+from dracni.state.store import StateDir, StateError
+
+log = logging.getLogger(__name__)
+
+#: Record fields that change on every prepare and do not count when comparing records.
+_VOLATILE = ("preparedAt", "schema")
+
+
+@dataclass
+class PrepareOutcome:
+    """Per-claim answer: the prepared devices (``{request, pool, device, shareID}``) or an error."""
+
+    devices: list[dict] = field(default_factory=list)
+    error: str | None = None
+
+
+def prepare_claims(
+    state: StateDir,
+    claims: list[dict],
+    *,
+    driver: str,
+    node: str | None = None,
+    allowed_types: frozenset[str] | None = None,
+    sources: dict[str, str] | None = None,
+) -> dict[str, PrepareOutcome]:
+    """Resolve each ResourceClaim object and store its PreparedClaim record.
+
+    Keyed by claim UID (``<namespace>/<name>`` for a claim without one, which always fails).
+    ``sources`` maps a claim UID to the manifest file it came from (clusterless use).
+    Re-preparing an unchanged claim leaves its record untouched (``preparedAt`` included).
+    """
+    outcomes: dict[str, PrepareOutcome] = {}
+    for claim in claims:
+        key = _claim_key(claim)
+        outcomes[key] = _prepare_one(state, claim, driver, node, allowed_types, (sources or {}).get(key))
+    return outcomes
+
+
+def unprepare_claims(state: StateDir, uids: list[str]) -> dict[str, str | None]:
+    """Forget the prepared claims; an unknown UID succeeds.
+
+    Attachment records and the status outbox stay: CNI DEL and the status publisher still
+    need them after the claim is unprepared.
+    """
+    results: dict[str, str | None] = {}
+    for uid in uids:
+        try:
+            state.remove_claim(uid)
+            results[uid] = None
+        except StateError as exc:
+            results[uid] = str(exc)
+    return results
+
+
+def _prepare_one(
+    state: StateDir,
+    claim: dict,
+    driver: str,
+    node: str | None,
+    allowed_types: frozenset[str] | None,
+    source: str | None,
+) -> PrepareOutcome:
+    try:
+        record = resolve_claim(claim, driver=driver, node=node, allowed_types=allowed_types, source=source)
+        with state.locked():  # compare and write as one step
+            if not _same_record(state.read_claim(record["uid"]), record):
+                state.put_claim(record)
+    except (ClaimError, StateError) as exc:
+        return PrepareOutcome(error=str(exc))
+    except Exception as exc:  # a bug must not fail the other claims of the call
+        log.exception("preparing claim %s failed", _claim_key(claim))
+        return PrepareOutcome(error=f"internal error: {type(exc).__name__}: {exc}")
+    return PrepareOutcome(devices=[_device_key(d) for d in record["devices"]])
+
+
+def _same_record(old: dict | None, new: dict) -> bool:
+    if old is None:
+        return False
+    strip = lambda r: {k: v for k, v in r.items() if k not in _VOLATILE}  # noqa: E731
+    return strip(old) == strip(new)
+
+
+def _device_key(device: dict) -> dict:
+    return {k: device.get(k) for k in ("request", "pool", "device", "shareID")}
+
+
+def _claim_key(claim: object) -> str:
+    meta = claim.get("metadata") if isinstance(claim, dict) else None
+    if not isinstance(meta, dict):
+        return "?"
+    return str(meta.get("uid") or f"{meta.get('namespace') or 'default'}/{meta.get('name')}")

@@ -1,0 +1,203 @@
+"""Turn an allocated ResourceClaim into the PreparedClaim record the CNI plugin reads.
+
+Works on the API's camelCase JSON form of resource.k8s.io v1, v1beta1 and v1beta2: the
+allocation results, the allocation's config and ``status.reservedFor`` have the same shape in
+all three.  Config precedence follows the API (CONTRACTS.md section 3): this driver's opaque
+configs only, class configs before claim configs, later wins, and a config naming request
+``req`` also applies to the subrequests ``req/<sub>``.  The parameters of the winning config
+are used as a whole (they are not merged with earlier ones).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from dracni.claims.params import ParameterError, validate_parameters
+
+SOURCE_CLASS = "FromClass"
+SOURCE_CLAIM = "FromClaim"
+
+
+class ClaimError(ValueError):
+    """A claim that cannot be prepared; the message says what to fix.
+
+    ``field`` names the offending parameter field when the parameters are invalid.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def resolve_claim(
+    claim: dict,
+    *,
+    driver: str,
+    node: str | None = None,
+    allowed_types: frozenset[str] | None = None,
+    source: str | None = None,
+    prepared_at: str | None = None,
+) -> dict:
+    """Build the PreparedClaim record (``spec/state-records.schema.json``) for ``claim``.
+
+    ``node`` is accepted for the callers' convenience but does not filter results: the
+    allocation's nodeSelector already tied the claim to a node, and pool names need not be
+    node names.  ``prepared_at`` overrides the timestamp (RFC 3339, UTC) for tests.
+    """
+    uid, namespace, name = _identity(claim)
+    label = f"claim {namespace}/{name}"
+    allocation = _allocation(claim, label)
+    results = _driver_results(allocation, driver, label)
+    pods = _reserved_pods(claim, label)
+    configs = _driver_configs(claim, allocation, driver)
+    devices = [_device(result, configs, driver, allowed_types, label) for result in results]
+    _check_unique_ifnames(devices, label)
+    return {
+        "kind": "PreparedClaim",
+        "uid": uid,
+        "namespace": namespace,
+        "name": name,
+        "driver": driver,
+        "source": source,
+        "preparedAt": prepared_at or rfc3339_now(),
+        "pods": pods,
+        "devices": devices,
+    }
+
+
+def rfc3339_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# -- claim parts -------------------------------------------------------------------------
+
+
+def _identity(claim: Any) -> tuple[str, str, str]:
+    meta = claim.get("metadata") if isinstance(claim, dict) else None
+    if not isinstance(meta, dict) or not meta.get("name"):
+        raise ClaimError("claim: metadata.name is missing; is this a ResourceClaim object?")
+    namespace = meta.get("namespace") or "default"
+    if not meta.get("uid"):
+        raise ClaimError(f"claim {namespace}/{meta['name']}: metadata.uid is missing")
+    return str(meta["uid"]), str(namespace), str(meta["name"])
+
+
+def _mapping(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _allocation(claim: dict, label: str) -> dict:
+    allocation = _mapping(claim.get("status")).get("allocation")
+    if not isinstance(allocation, dict) or not allocation:
+        raise ClaimError(
+            f"{label}: not allocated (status.allocation is missing); the scheduler allocates a "
+            "claim when a pod using it is scheduled (a clusterless manifest must carry status.allocation)"
+        )
+    return allocation
+
+
+def _driver_results(allocation: dict, driver: str, label: str) -> list[dict]:
+    results = _mapping(allocation.get("devices")).get("results") or []
+    ours = [r for r in results if isinstance(r, dict) and r.get("driver") == driver]
+    if not ours:
+        others = sorted({str(r.get("driver")) for r in results if isinstance(r, dict)})
+        seen = f" (it has devices of: {', '.join(others)})" if others else ""
+        raise ClaimError(
+            f"{label}: no device of driver {driver} in status.allocation.devices.results{seen}; "
+            f"request a device of a DeviceClass that selects driver {driver}"
+        )
+    for result in ours:
+        missing = [k for k in ("request", "pool", "device") if not _non_empty_str(result.get(k))]
+        if missing:
+            raise ClaimError(
+                f"{label}: an allocation result of driver {driver} has no {', '.join(missing)}"
+            )
+    return ours
+
+
+def _non_empty_str(value: Any) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+def _reserved_pods(claim: dict, label: str) -> list[dict]:
+    pods = []
+    for ref in _mapping(claim.get("status")).get("reservedFor") or []:
+        if isinstance(ref, dict) and ref.get("resource") == "pods" and not ref.get("apiGroup"):
+            pods.append({"uid": str(ref.get("uid") or ""), "name": str(ref.get("name") or "")})
+    if not pods:
+        raise ClaimError(
+            f"{label}: not reserved for any pod (status.reservedFor has no entry with resource: pods); "
+            "a claim is prepared for the pods that use it"
+        )
+    return pods
+
+
+# -- config precedence -------------------------------------------------------------------
+
+
+def _driver_configs(claim: dict, allocation: dict, driver: str) -> list[dict]:
+    """This driver's opaque configs, class configs first, claim configs after, order kept.
+
+    Without any allocation config (some hand-written clusterless manifests), the claim's
+    ``spec.devices.config`` stands in as claim configs.
+    """
+    configs = _mapping(allocation.get("devices")).get("config")
+    if not configs:
+        spec_configs = _mapping(_mapping(claim.get("spec")).get("devices")).get("config") or []
+        configs = [{**c, "source": SOURCE_CLAIM} for c in spec_configs if isinstance(c, dict)]
+    ours = [c for c in configs if isinstance(c, dict) and _mapping(c.get("opaque")).get("driver") == driver]
+    return sorted(ours, key=lambda c: 0 if c.get("source") == SOURCE_CLASS else 1)
+
+
+def config_applies(requests: list[str] | None, request: str) -> bool:
+    """Whether a config with ``requests`` applies to the result of ``request`` (may be req/sub)."""
+    if not requests:
+        return True
+    parent = request.split("/", 1)[0]
+    return request in requests or parent in requests
+
+
+def _winning_config(configs: list[dict], request: str) -> dict | None:
+    """The last applicable config: its parameters are used as a whole."""
+    matching = [c for c in configs if config_applies(c.get("requests"), request)]
+    return matching[-1] if matching else None
+
+
+def _device(
+    result: dict, configs: list[dict], driver: str, allowed_types: frozenset[str] | None, label: str
+) -> dict:
+    request = result["request"]
+    config = _winning_config(configs, request)
+    if config is None:
+        raise ClaimError(
+            f"{label}: request {request}: no opaque config for driver {driver}; "
+            f"add spec.devices.config with opaque.driver: {driver}"
+        )
+    try:
+        attachment = validate_parameters(config["opaque"].get("parameters"), allowed_types=allowed_types)
+    except ParameterError as exc:
+        raise ClaimError(f"{label}: request {request}: {exc}", field=exc.field) from exc
+    return {
+        "request": request,
+        "pool": result["pool"],
+        "device": result["device"],
+        "shareID": result.get("shareID") or None,
+        **attachment,
+    }
+
+
+def _check_unique_ifnames(devices: list[dict], label: str) -> None:
+    seen: dict[str, dict] = {}
+    for device in devices:
+        if_name = device["ifName"]
+        if if_name is None:
+            continue
+        if if_name in seen:
+            first = seen[if_name]
+            raise ClaimError(
+                f"{label}: request {first['request']} (device {first['pool']}/{first['device']}) and "
+                f"request {device['request']} (device {device['pool']}/{device['device']}) both use "
+                f'ifName "{if_name}"; give each its own ifName, or leave ifName out to get the next free netN'
+            )
+        seen[if_name] = device

@@ -1,0 +1,65 @@
+"""Fixtures for the integration tests: real netns, Debian's plugins, cnitool, the frozen binary."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.harness import CNI_TOOLS, DRACNI_BINARY, Lab, attachment_params, claim_manifest
+
+pytestmark = pytest.mark.integration
+
+
+def pytest_collection_modifyitems(items):
+    missing = [str(p) for p in (DRACNI_BINARY, CNI_TOOLS / "cnitool", CNI_TOOLS / "noop") if not p.exists()]
+    if os.geteuid() != 0:
+        missing.append("root privileges")
+    if missing:
+        # `make test` builds all of these first: running without them is a setup error, not a skip.
+        raise pytest.UsageError(f"integration tests need {', '.join(missing)}: run them through `make test`")
+
+
+@pytest.fixture
+def lab(tmp_path: Path):
+    world = Lab(base=tmp_path, nics=("eth1", "eth2"))
+    try:
+        yield world
+    finally:
+        world.close()
+
+
+@pytest.fixture
+def pod_uid() -> str:
+    return str(uuid.uuid4())
+
+
+def macvlan(lab: Lab, subnet: str = "10.10.1.0/24", master: str = "eth1", **extra) -> dict:
+    return {"type": "macvlan", "master": master, "mode": "bridge",
+            "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]], "dataDir": str(lab.ipam_dir)}, **extra}
+
+
+def one_device_claim(name: str, pod_uid: str, plugins: list[dict], *, if_name: str | None = None,
+                     device: str = "eth1", cni_version: str = "1.0.0", **params_extra) -> dict:
+    params = attachment_params(plugins, name=name, if_name=if_name, cni_version=cni_version, **params_extra)
+    return claim_manifest(name, pod_uid=pod_uid,
+                          devices=[{"request": "net", "pool": "node1", "device": device, "params": params}])
+
+
+def addresses(links: dict, name: str) -> list[str]:
+    return [f"{a['local']}/{a['prefixlen']}" for a in links[name].get("addr_info", []) if a["family"] == "inet"]
+
+
+def ipam_reservations(lab: Lab, network: str) -> list[str]:
+    """IPs host-local holds for a network (files named after the addresses)."""
+    directory = lab.ipam_dir / network
+    if not directory.exists():
+        return []
+    return sorted(p.name for p in directory.iterdir() if p.name[0].isdigit())
+
+
+def result_of(proc) -> dict:
+    return json.loads(proc.stdout)

@@ -1,0 +1,297 @@
+"""The frozen dracni binary chained after ptp, driven by cnitool 1.1.2, with Debian's plugins as
+delegates, in throwaway network namespaces."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from tests.harness import container_id_for, ip, run
+from tests.integration.conftest import addresses, ipam_reservations, macvlan, one_device_claim, result_of
+
+
+def test_macvlan_claim_add_check_del(lab, pod_uid):
+    lab.write_conflist()
+    lab.prepare(one_device_claim("mv", pod_uid, [macvlan(lab)]))
+    pod = lab.pod()
+
+    out = result_of(lab.cnitool("add", pod, pod_uid=pod_uid))
+
+    # Chained: the runtime gets ptp's result unchanged, the pod's primary IP stays primary.
+    assert [i["name"] for i in out["interfaces"] if i.get("sandbox")] == ["eth0"]
+    assert [ip_["address"] for ip_ in out["ips"]] == ["10.244.0.2/24"]
+    links = pod.links()
+    assert addresses(links, "net1") == ["10.10.1.2/24"]
+    assert links["net1"]["link_type"] == "ether" and links["net1"]["address"]
+    assert ipam_reservations(lab, "mv") == ["10.10.1.2"]
+
+    lab.cnitool("check", pod, pod_uid=pod_uid)
+
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+    assert "net1" not in pod.links()
+    assert ipam_reservations(lab, "mv") == []
+    assert not list((lab.state_dir / "attachments").iterdir())
+
+
+def test_status_outbox_records_what_was_built(lab, pod_uid):
+    lab.write_conflist()
+    claim = one_device_claim("mv", pod_uid, [macvlan(lab)], if_name="data0")
+    lab.prepare(claim)
+    pod = lab.pod()
+    lab.cnitool("add", pod, pod_uid=pod_uid)
+
+    lab.dracni("publish-status", str(lab.claims_dir), f"--state-dir={lab.state_dir}")
+    status_file = next(lab.claims_dir.glob("*.status.json"))
+    entry = json.loads(status_file.read_text())["status"]["devices"][0]
+    mac = pod.links()["data0"]["address"]
+    assert entry["networkData"] == {"interfaceName": "data0", "ips": ["10.10.1.2/24"], "hardwareAddress": mac}
+    assert entry["conditions"][0]["type"] == "Ready" and entry["conditions"][0]["status"] == "True"
+    assert entry["data"]["interfaces"] == [{"name": "data0", "mac": mac}]  # sandbox path removed
+    assert (entry["driver"], entry["pool"], entry["device"]) == ("dracni.io", "node1", "eth1")
+
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+    lab.dracni("publish-status", str(lab.claims_dir), f"--state-dir={lab.state_dir}")
+    assert not list(lab.claims_dir.glob("*.status.json"))
+
+
+def test_pod_without_claims_is_a_pass_through(lab, pod_uid):
+    lab.write_conflist()
+    pod = lab.pod()
+    out = result_of(lab.cnitool("add", pod, pod_uid=pod_uid))
+    assert sorted(pod.links()) == ["eth0", "lo"]
+    assert [i["name"] for i in out["interfaces"] if i.get("sandbox")] == ["eth0"]
+    lab.cnitool("check", pod, pod_uid=pod_uid)
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+
+
+def test_pod_found_by_namespace_and_name_without_uid(lab, pod_uid):
+    lab.write_conflist()
+    lab.prepare(one_device_claim("mv", pod_uid, [macvlan(lab)]))
+    pod = lab.pod()
+    lab.cnitool("add", pod, pod_uid=None, pod_name="demo")
+    assert "net1" in pod.links()
+    lab.cnitool("del", pod, pod_uid=None, pod_name="demo")
+    assert "net1" not in pod.links()
+
+
+def test_ipvlan_claim(lab, pod_uid):
+    probe = ip("link", "add", "ipvprobe", "link", "eth1", "type", "ipvlan", netns=lab.host.name, check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"this kernel has no ipvlan support: {probe.stderr.decode().strip()}")
+    ip("link", "del", "ipvprobe", netns=lab.host.name)
+    lab.write_conflist()
+    ipvlan = {"type": "ipvlan", "master": "eth1", "mode": "l2",
+              "ipam": {"type": "host-local", "subnet": "10.20.0.0/24", "dataDir": str(lab.ipam_dir)}}
+    lab.prepare(one_device_claim("ipv", pod_uid, [ipvlan]))
+    pod = lab.pod()
+    lab.cnitool("add", pod, pod_uid=pod_uid)
+    assert addresses(pod.links(), "net1") == ["10.20.0.2/24"]
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+    assert "net1" not in pod.links()
+
+
+def test_bridge_claim(lab, pod_uid):
+    lab.write_conflist()
+    bridge = {"type": "bridge", "bridge": "br-claims", "isGateway": True,
+              "ipam": {"type": "host-local", "subnet": "10.30.0.0/24", "dataDir": str(lab.ipam_dir)}}
+    lab.prepare(one_device_claim("br", pod_uid, [bridge]))
+    pod = lab.pod()
+    lab.cnitool("add", pod, pod_uid=pod_uid)
+    assert addresses(pod.links(), "net1") == ["10.30.0.2/24"]
+    host_links = lab.host.links()
+    assert "br-claims" in host_links and addresses(host_links, "br-claims") == ["10.30.0.1/24"]
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+    assert "net1" not in pod.links()
+    assert ipam_reservations(lab, "br") == []
+
+
+def test_host_device_claim_moves_the_nic_in_and_back(lab, pod_uid):
+    lab.write_conflist()
+    ip("addr", "add", "192.168.77.7/24", "dev", "eth2", netns=lab.host.name)
+    lab.prepare(one_device_claim("hd", pod_uid, [{"type": "host-device", "device": "eth2"}], device="eth2"))
+    pod = lab.pod()
+    lab.cnitool("add", pod, pod_uid=pod_uid)
+    assert "net1" in pod.links() and "eth2" not in lab.host.links()
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+    assert "eth2" in lab.host.links() and "net1" not in pod.links()
+
+
+def test_static_ipam_with_tuning_in_the_claim_chain(lab, pod_uid):
+    lab.write_conflist()
+    plugins = [
+        {"type": "macvlan", "master": "eth1", "mode": "bridge",
+         "ipam": {"type": "static", "addresses": [{"address": "192.168.50.5/24", "gateway": "192.168.50.1"}]}},
+        {"type": "tuning", "mtu": 1280, "mac": "02:00:00:00:50:05", "sysctl": {"net.ipv4.conf.net1.arp_notify": "1"}},
+    ]
+    lab.prepare(one_device_claim("st", pod_uid, plugins))
+    pod = lab.pod()
+    lab.cnitool("add", pod, pod_uid=pod_uid)
+    net1 = pod.links()["net1"]
+    assert addresses(pod.links(), "net1") == ["192.168.50.5/24"]
+    assert net1["mtu"] == 1280 and net1["address"] == "02:00:00:00:50:05"
+    lab.cnitool("check", pod, pod_uid=pod_uid)
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+    assert "net1" not in pod.links()
+
+
+def test_two_claims_on_one_pod_get_net1_and_net2(lab, pod_uid):
+    lab.write_conflist()
+    bridge = {"type": "bridge", "bridge": "br-b",
+              "ipam": {"type": "host-local", "subnet": "10.31.0.0/24", "dataDir": str(lab.ipam_dir)}}
+    lab.prepare(one_device_claim("a-macvlan", pod_uid, [macvlan(lab)]),
+                one_device_claim("b-bridge", pod_uid, [bridge]))
+    pod = lab.pod()
+    lab.cnitool("add", pod, pod_uid=pod_uid)
+    links = pod.links()
+    assert addresses(links, "net1") == ["10.10.1.2/24"] and addresses(links, "net2") == ["10.31.0.2/24"]
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+    assert sorted(pod.links()) == ["lo"]
+    assert ipam_reservations(lab, "a-macvlan") == [] and ipam_reservations(lab, "b-bridge") == []
+
+
+def test_failing_second_claim_rolls_back_the_first(lab, pod_uid):
+    lab.write_conflist()
+    lab.prepare(one_device_claim("a-good", pod_uid, [macvlan(lab)]),
+                one_device_claim("b-bad", pod_uid, [macvlan(lab, subnet="10.11.0.0/24", master="nosuchnic")]))
+    pod = lab.pod()
+
+    proc = lab.cnitool("add", pod, pod_uid=pod_uid, check=False)
+
+    assert proc.returncode != 0
+    assert b"claim default/b-bad request net (net2): delegate macvlan ADD failed" in proc.stderr
+    # ptp's eth0 stays until the runtime's DEL; nothing of dracni's is left.
+    assert "net1" not in pod.links() and "net2" not in pod.links()
+    assert ipam_reservations(lab, "a-good") == [] and ipam_reservations(lab, "b-bad") == []
+    cid = container_id_for(pod.path)
+    record = json.loads((lab.state_dir / "attachments" / f"podnet+{cid}+eth0.json").read_text())
+    assert record["state"] == "failed" and "b-bad" in record["error"]["msg"]
+
+    lab.cnitool("del", pod, pod_uid=pod_uid)  # every ADD gets a DEL, also a failed one
+    assert not list((lab.state_dir / "attachments").iterdir())
+
+
+def test_del_twice_succeeds(lab, pod_uid):
+    lab.write_conflist()
+    lab.prepare(one_device_claim("mv", pod_uid, [macvlan(lab)]))
+    pod = lab.pod()
+    lab.cnitool("add", pod, pod_uid=pod_uid)
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+    assert ipam_reservations(lab, "mv") == []
+
+
+def test_del_after_netns_deleted_releases_addresses(lab, pod_uid):
+    lab.write_conflist()
+    lab.prepare(one_device_claim("mv", pod_uid, [macvlan(lab)]))
+    pod = lab.pod()
+    lab.cnitool("add", pod, pod_uid=pod_uid)
+    run(["ip", "netns", "del", pod.name])
+    assert not pod.exists()
+
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+
+    assert ipam_reservations(lab, "mv") == []
+    assert not list((lab.state_dir / "attachments").iterdir())
+
+
+def test_del_with_state_dir_wiped(lab, pod_uid):
+    lab.write_conflist()
+    lab.prepare(one_device_claim("mv", pod_uid, [macvlan(lab)]))
+    pod = lab.pod()
+    lab.cnitool("add", pod, pod_uid=pod_uid)
+    shutil.rmtree(lab.state_dir)
+
+    lab.cnitool("del", pod, pod_uid=pod_uid)  # nothing known: still a success
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+
+
+def test_del_with_records_lost_but_claims_replayed_releases_ipam(lab, pod_uid):
+    """Attachment records lost, then kubelet replays prepare: DEL rebuilds the delegate calls."""
+    lab.write_conflist()
+    lab.prepare(one_device_claim("mv", pod_uid, [macvlan(lab)]))
+    pod = lab.pod()
+    lab.cnitool("add", pod, pod_uid=pod_uid)
+    shutil.rmtree(lab.state_dir)
+    lab.prepare()  # replay from the manifests
+
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+
+    assert ipam_reservations(lab, "mv") == []
+    assert "net1" not in pod.links()
+
+
+def test_check_detects_a_removed_interface(lab, pod_uid):
+    lab.write_conflist()
+    lab.prepare(one_device_claim("mv", pod_uid, [macvlan(lab)]))
+    pod = lab.pod()
+    lab.cnitool("add", pod, pod_uid=pod_uid)
+    pod.exec("ip", "link", "del", "net1")
+
+    proc = lab.cnitool("check", pod, pod_uid=pod_uid, check=False)
+
+    assert proc.returncode != 0
+    assert b"net1" in proc.stderr + proc.stdout
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+
+
+def test_gc_releases_stale_attachments_and_forwards_to_1_1_delegates(lab):
+    lab.write_conflist()  # cnitool 1.1.2 and Debian's ptp stop at 1.0.0; GC comes from a 1.1.0 runtime below
+    record_file = lab.tmp / "recorder.jsonl"
+    recorder = {"type": "recorder", "recordFile": str(record_file)}
+    uids = {"stale": "11111111-0000-0000-0000-000000000001", "live": "11111111-0000-0000-0000-000000000002"}
+    pods = {}
+    for name, uid in uids.items():
+        lab.prepare(one_device_claim(f"c-{name}", uid, [macvlan(lab, subnet="10.40.0.0/24"), recorder]))
+        pods[name] = lab.pod()
+        lab.cnitool("add", pods[name], pod_uid=uid)
+    assert len(ipam_reservations(lab, "c-stale")) == 1
+    live_cid = container_id_for(pods["live"].path)
+    record_file.write_text("")
+
+    gc_conf = {"cniVersion": "1.1.0", "name": "podnet", "type": "dracni", "stateDir": str(lab.state_dir),
+               "cni.dev/valid-attachments": [{"containerID": live_cid, "ifname": "eth0"}]}
+    proc = lab.plugin("GC", gc_conf)
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ipam_reservations(lab, "c-stale") == [] and len(ipam_reservations(lab, "c-live")) == 1
+    assert "net1" not in pods["stale"].links() and "net1" in pods["live"].links()
+    remaining = [p.name for p in (lab.state_dir / "attachments").iterdir()]
+    assert remaining == [f"podnet+{live_cid}+eth0.json"]
+    calls = [json.loads(line) for line in record_file.read_text().splitlines()]
+    assert [c["command"] for c in calls] == ["DEL", "GC", "GC"]  # stale DEL, then one GC per delegate network
+    gc_by_network = {c["conf"]["name"]: c["conf"]["cni.dev/valid-attachments"] for c in calls[1:]}
+    assert gc_by_network == {"c-live": [{"containerID": live_cid, "ifname": "net1"}], "c-stale": []}
+
+
+def test_status_reports_whether_add_can_be_served(lab):
+    good = {"cniVersion": "1.1.0", "name": "podnet", "type": "dracni", "stateDir": str(lab.state_dir)}
+    assert lab.plugin("STATUS", good).returncode == 0
+    blocker = lab.tmp / "not-a-dir"
+    blocker.write_text("")
+    proc = lab.plugin("STATUS", dict(good, stateDir=str(blocker / "state")))
+    assert proc.returncode != 0 and json.loads(proc.stdout)["code"] == 50
+
+
+@pytest.mark.parametrize("version", ["0.4.0", "1.0.0"])
+def test_cni_version_through_the_whole_chain(lab, pod_uid, version):
+    lab.write_conflist(cni_version=version)
+    debug = lab.tmp / "noop-debug.json"
+    debug.write_text(json.dumps({"ReportResult": "PASSTHROUGH"}))
+    plugins = [macvlan(lab, cniVersion=version), {"type": "noop", "debugFile": str(debug)}]
+    lab.prepare(one_device_claim("mv", pod_uid, plugins, cni_version=version))
+    pod = lab.pod()
+
+    out = result_of(lab.cnitool("add", pod, pod_uid=pod_uid))
+
+    assert out["cniVersion"] == version
+    if version == "0.4.0":
+        assert all(ip_["version"] == "4" for ip_ in out["ips"])
+    received = json.loads(__import__("base64").b64decode(json.loads(debug.read_text())["CmdArgs"]["StdinData"]))
+    assert received["cniVersion"] == version
+    assert received["prevResult"]["cniVersion"] == version
+    assert [i["name"] for i in received["prevResult"]["interfaces"]] == ["net1"]
+    lab.cnitool("check", pod, pod_uid=pod_uid)
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+    assert ipam_reservations(lab, "mv") == []

@@ -1,0 +1,155 @@
+"""prepare_claims / unprepare_claims against a real StateDir."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dracni.claims.manifests import ManifestClaimSource
+from dracni.claims.prepare import PrepareOutcome, prepare_claims, unprepare_claims
+from dracni.specfiles import spec_path
+from dracni.state.store import StateDir
+
+DRIVER = "dracni.io"
+
+
+def make_claim(name: str, uid: str, pod_uid: str = "pod-1", pod_name: str = "demo", **params: Any) -> dict:
+    parameters = {"apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachment", "config": {"type": "macvlan", "mode": "bridge"}, **params}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "ns1", "uid": uid},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [{"request": "net", "driver": DRIVER, "pool": "node1", "device": "eth0", "shareID": "s1"}],
+                    "config": [{"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": parameters}}],
+                }
+            },
+            "reservedFor": [{"resource": "pods", "name": pod_name, "uid": pod_uid}],
+        },
+    }
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> StateDir:
+    return StateDir(str(tmp_path / "state"))
+
+
+def prepare(state: StateDir, claims: list[dict], **kwargs: Any) -> dict[str, PrepareOutcome]:
+    return prepare_claims(state, claims, driver=DRIVER, **kwargs)
+
+
+def test_prepare_stores_record_and_pod_index(state: StateDir) -> None:
+    outcomes = prepare(state, [make_claim("c1", "uid-1", ifName="net1")], node="node1", sources={"uid-1": "/m/c1.yaml"})
+    assert outcomes == {"uid-1": PrepareOutcome(devices=[{"request": "net", "pool": "node1", "device": "eth0", "shareID": "s1"}], error=None)}
+    record = state.read_claim("uid-1")
+    assert record is not None
+    assert (record["kind"], record["schema"], record["namespace"], record["name"]) == ("PreparedClaim", 1, "ns1", "c1")
+    assert record["source"] == "/m/c1.yaml"
+    assert record["devices"][0]["ifName"] == "net1"
+    assert record["devices"][0]["config"] == {"name": "macvlan", "plugins": [{"type": "macvlan", "mode": "bridge"}]}
+    assert os.path.isfile(os.path.join(state.root, "claims", "uid-1.json"))
+    assert state.pod_claim_uids("pod-1", None, None) == ["uid-1"]
+    assert state.pod_claim_uids(None, "ns1", "demo") == ["uid-1"]
+    assert [c["uid"] for c in state.pod_claims("pod-1", "ns1", "demo")] == ["uid-1"]
+
+
+def test_prepare_is_idempotent(state: StateDir) -> None:
+    claim = make_claim("c1", "uid-1")
+    first = prepare(state, [claim])
+    record = state.read_claim("uid-1")
+    second = prepare(state, [copy.deepcopy(claim)])
+    assert first == second
+    assert state.read_claim("uid-1") == record  # untouched, preparedAt included
+    assert state.pod_claim_uids("pod-1", None, None) == ["uid-1"]
+    assert [c["uid"] for c in state.list_claims()] == ["uid-1"]
+
+
+def test_prepare_again_after_change_rewrites(state: StateDir) -> None:
+    prepare(state, [make_claim("c1", "uid-1", pod_uid="pod-old", pod_name="old")])
+    prepare(state, [make_claim("c1", "uid-1", pod_uid="pod-new", pod_name="new", ifName="net3")])
+    assert state.read_claim("uid-1")["devices"][0]["ifName"] == "net3"
+    assert state.pod_claim_uids("pod-old", None, None) == []
+    assert state.pod_claim_uids("pod-new", None, None) == ["uid-1"]
+
+
+def test_bad_claim_does_not_stop_the_others(state: StateDir) -> None:
+    bad = make_claim("bad", "uid-bad", ifName="a/b")
+    unallocated = make_claim("unallocated", "uid-un")
+    del unallocated["status"]["allocation"]
+    outcomes = prepare(state, [make_claim("c1", "uid-1"), bad, unallocated, make_claim("c2", "uid-2", pod_uid="pod-2")])
+    assert list(outcomes) == ["uid-1", "uid-bad", "uid-un", "uid-2"]
+    assert outcomes["uid-1"].error is None and outcomes["uid-2"].error is None
+    assert outcomes["uid-bad"].devices == []
+    assert outcomes["uid-bad"].error.startswith("claim ns1/bad: request net: parameters.ifName: ")
+    assert outcomes["uid-un"].error.startswith("claim ns1/unallocated: not allocated")
+    assert [c["uid"] for c in state.list_claims()] == ["uid-1", "uid-2"]
+    assert state.read_claim("uid-bad") is None
+
+
+def test_claim_without_uid_is_keyed_by_name(state: StateDir) -> None:
+    claim = make_claim("c1", "x")
+    del claim["metadata"]["uid"]
+    outcome = prepare(state, [claim])["ns1/c1"]
+    assert "metadata.uid is missing" in outcome.error
+
+
+def test_allowed_types_are_enforced(state: StateDir) -> None:
+    outcome = prepare(state, [make_claim("c1", "uid-1")], allowed_types=frozenset({"bridge"}))["uid-1"]
+    assert "parameters.config.type" in outcome.error
+    assert state.read_claim("uid-1") is None
+
+
+def test_state_error_is_reported_per_claim(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    state = StateDir(str(blocker / "state"))  # cannot be created: a file is in the way
+    outcome = prepare(state, [make_claim("c1", "uid-1")])["uid-1"]
+    assert outcome.error and outcome.devices == []
+
+
+def test_unprepare_removes_claim_and_index_only(state: StateDir) -> None:
+    prepare(state, [make_claim("c1", "uid-1"), make_claim("c2", "uid-2")])
+    state.put_attachment({"network": "k8s", "containerID": "cid1", "ifName": "eth0", "state": "ready", "devices": []})
+    state.update_outbox({"uid": "uid-1", "namespace": "ns1", "name": "c1", "driver": DRIVER}, lambda devices: devices)
+    assert unprepare_claims(state, ["uid-1"]) == {"uid-1": None}
+    assert state.read_claim("uid-1") is None
+    assert state.pod_claim_uids("pod-1", None, None) == ["uid-2"]
+    assert state.read_attachment("k8s", "cid1", "eth0") is not None
+    assert state.read_outbox("uid-1") is not None
+
+
+def test_unprepare_last_claim_drops_pod_index(state: StateDir) -> None:
+    prepare(state, [make_claim("c1", "uid-1")])
+    unprepare_claims(state, ["uid-1"])
+    assert state.pod_claim_uids("pod-1", "ns1", "demo") == []
+    assert state.list_claims() == []
+
+
+def test_unprepare_unknown_and_twice_succeed(state: StateDir) -> None:
+    prepare(state, [make_claim("c1", "uid-1")])
+    assert unprepare_claims(state, ["uid-1", "never-prepared"]) == {"uid-1": None, "never-prepared": None}
+    assert unprepare_claims(state, ["uid-1"]) == {"uid-1": None}
+
+
+def test_unprepare_reports_state_errors(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = unprepare_claims(StateDir(str(blocker / "state")), ["uid-1"])
+    assert result["uid-1"]
+
+
+def test_prepare_example_manifests(state: StateDir) -> None:
+    source = ManifestClaimSource(spec_path("examples"))
+    claims = [source.get("default", "macvlan-net1"), source.get("default", "bridge-net1")]
+    uids = [c["metadata"]["uid"] for c in claims]
+    sources = {uid: source.path_of("default", c["metadata"]["name"]) for uid, c in zip(uids, claims)}
+    outcomes = prepare(state, claims, sources=sources)
+    assert all(o.error is None for o in outcomes.values())
+    assert sorted(state.pod_claim_uids("11111111-2222-3333-4444-555555555555", None, None)) == sorted(uids)
+    assert state.read_claim(uids[0])["source"] == spec_path("examples", "macvlan-claim.yaml")
