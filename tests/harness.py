@@ -36,12 +36,14 @@ def ip(*args: str, netns: str | None = None, check: bool = True) -> subprocess.C
 
 
 class Netns:
-    """A named network namespace (``/var/run/netns/<name>``), deleted on close."""
+    """A named network namespace (``/var/run/netns/<name>``), deleted on close if we made it."""
 
-    def __init__(self, prefix: str) -> None:
-        self.name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-        run(["ip", "netns", "add", self.name])
-        ip("link", "set", "lo", "up", netns=self.name)
+    def __init__(self, prefix: str, existing: str | None = None) -> None:
+        self.owned = existing is None
+        self.name = existing or f"{prefix}-{uuid.uuid4().hex[:8]}"
+        if self.owned:
+            run(["ip", "netns", "add", self.name])
+            ip("link", "set", "lo", "up", netns=self.name)
 
     @property
     def path(self) -> str:
@@ -58,14 +60,15 @@ class Netns:
         return os.path.exists(self.path)
 
     def close(self) -> None:
-        if self.exists():
+        if self.owned and self.exists():
             run(["ip", "netns", "del", self.name], check=False)
 
 
 class Lab:
     """One test's world: a host netns with NICs, pod netnses, a CNI bin dir and a temp tree."""
 
-    def __init__(self, base: Path | None = None, nics: tuple[str, ...] = ("eth1",)) -> None:
+    def __init__(self, base: Path | None = None, nics: tuple[str, ...] = ("eth1",),
+                 host_name: str | None = None) -> None:
         self._own_tmp = base is None
         self.tmp = Path(tempfile.mkdtemp(prefix="dracni-lab-")) if base is None else Path(base)
         self.state_dir = self.tmp / "state"
@@ -77,7 +80,7 @@ class Lab:
             d.mkdir(parents=True, exist_ok=True)
         self.bin_dir = self.tmp / "bin"
         self.pods: list[Netns] = []
-        self.host = Netns("dracni-host")
+        self.host = Netns("dracni-host", existing=host_name)
         try:
             for nic in nics:  # stand-ins for the node's NICs (veth: this kernel has no dummy links)
                 ip("link", "add", nic, "type", "veth", "peer", "name", f"{nic}p", netns=self.host.name)

@@ -1,7 +1,7 @@
 """The CNI entry point: env + stdin in, a result or a CNI error JSON out, never a traceback.
 
 This module and what it imports form the hot path of every pod start on the node: keep it to
-the standard library, orjson and dracni's own small modules (no kubernetes, no grpc, no
+the standard library and dracni's own small modules (no kubernetes, no grpc, no
 logging, no pyroute2 outside CHECK).
 """
 

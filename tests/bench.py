@@ -1,0 +1,143 @@
+"""``make bench``: the CNI hot path's wall times, medians and ratios from one run.
+
+(a) pass-through ADD of a pod without claims (dracni chained after a primary plugin);
+(b) ADD with one macvlan claim, minus the same macvlan + host-local ADD invoked directly,
+    i.e. what dracni adds on top of the delegate it runs;
+(c) Debian's Go ``tuning`` plugin as a chained pass-through: the floor any chained plugin pays;
+and the onedir bundle against a onefile build of the same code (exec of VERSION).
+
+Targets (a) <= 30 ms and (b) <= 40 ms on a 2-core machine.  Everything runs inside a
+throwaway "host" network namespace; the process re-executes itself there so that the timed
+execs carry no ``ip netns exec`` overhead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from tests.harness import DRACNI_BINARY, REPO, Lab, attachment_params, claim_manifest, ip
+
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "40"))
+POD_UID = "bbbbbbbb-0000-4000-8000-000000000001"
+PREV_RESULT = {"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": ""}],
+               "ips": [{"address": "10.244.0.9/24", "interface": 0}], "dns": {}}
+
+
+def timed(cmd: list[str], env: dict, stdin: bytes) -> float:
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, input=stdin, capture_output=True)
+    elapsed = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"{cmd[0]} failed: {proc.stdout.decode()} {proc.stderr.decode()}")
+    return elapsed
+
+
+def cni_env(lab: Lab, command: str, netns: str, container_id: str, ifname: str = "eth0") -> dict:
+    env = dict(os.environ)
+    env.update({"CNI_COMMAND": command, "CNI_CONTAINERID": container_id, "CNI_NETNS": netns, "CNI_IFNAME": ifname,
+                "CNI_PATH": str(lab.bin_dir),
+                "CNI_ARGS": f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=bench;K8S_POD_UID={POD_UID}"})
+    return env
+
+
+def median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+def inner(base: str) -> None:
+    lab = Lab(base=Path(base), nics=("eth1",), host_name=os.environ["BENCH_HOST_NETNS"])
+    pod = lab.pod("dracni-bench-pod")
+    pod.exec("ip", "link", "add", "eth0", "type", "veth", "peer", "name", "peer0")
+    pod_path = pod.path
+    dracni = str(lab.bin_dir / "dracni")
+    dracni_conf = {"cniVersion": "1.0.0", "name": "podnet", "type": "dracni", "stateDir": str(lab.state_dir),
+                   "prevResult": PREV_RESULT}
+    tuning_conf = {"cniVersion": "1.0.0", "name": "podnet", "type": "tuning", "prevResult": PREV_RESULT}
+    macvlan = {"type": "macvlan", "master": "eth1", "mode": "bridge",
+               "ipam": {"type": "host-local", "subnet": "10.50.0.0/16", "dataDir": str(lab.ipam_dir)}}
+    direct_conf = dict(macvlan, cniVersion="1.0.0", name="bench-direct")
+
+    # (a) and (c): pass-through, no claims prepared for the pod yet.
+    passthrough, tuning = [], []
+    for i in range(ROUNDS):
+        passthrough.append(timed([dracni], cni_env(lab, "ADD", pod_path, f"pt{i}"), json.dumps(dracni_conf).encode()))
+        tuning.append(timed([str(lab.bin_dir / "tuning")], cni_env(lab, "ADD", pod_path, f"tu{i}"),
+                            json.dumps(tuning_conf).encode()))
+
+    # (b): one macvlan claim through dracni, against macvlan + host-local exec'd directly.
+    params = attachment_params([macvlan], name="bench-claim", if_name="net1")
+    lab.prepare(claim_manifest("bench", pod_uid=POD_UID, pod_name="bench",
+                               devices=[{"request": "net", "pool": "node", "device": "eth1", "params": params}]))
+    with_claim, direct = [], []
+    add_stdin = json.dumps(dracni_conf).encode()
+    del_stdin = json.dumps({k: v for k, v in dracni_conf.items() if k != "prevResult"}).encode()
+    for i in range(ROUNDS):
+        cid = f"claim{i}"
+        with_claim.append(timed([dracni], cni_env(lab, "ADD", pod_path, cid), add_stdin))
+        timed([dracni], cni_env(lab, "DEL", pod_path, cid), del_stdin)
+        cid = f"direct{i}"
+        macvlan_bin = [str(lab.bin_dir / "macvlan")]
+        direct.append(timed(macvlan_bin, cni_env(lab, "ADD", pod_path, cid, "net1"), json.dumps(direct_conf).encode()))
+        timed(macvlan_bin, cni_env(lab, "DEL", pod_path, cid, "net1"), json.dumps(direct_conf).encode())
+
+    a, c = median_ms(passthrough), median_ms(tuning)
+    b_total, b_direct = median_ms(with_claim), median_ms(direct)
+    b = b_total - b_direct
+    print(f"rounds: {ROUNDS} per measurement, medians of wall time per exec")
+    print(f"(a) pass-through ADD, pod without claims:     {a:7.2f} ms   target <= 30 ms  "
+          f"{'OK' if a <= 30 else 'MISSED'}")
+    print(f"(b) ADD with one macvlan claim:               {b_total:7.2f} ms")
+    print(f"    macvlan + host-local ADD invoked directly: {b_direct:7.2f} ms")
+    print(f"    dracni's overhead (difference):            {b:7.2f} ms   target <= 40 ms  "
+          f"{'OK' if b <= 40 else 'MISSED'}")
+    print(f"(c) Debian tuning as chained pass-through:    {c:7.2f} ms")
+    print(f"ratios: (a)/(c) = {a / c:.1f}x   (b total)/(direct) = {b_total / b_direct:.2f}x   "
+          f"(b overhead)/(a) = {b / a:.2f}x")
+
+
+def bundle_startup() -> None:
+    """Onedir (shipped) against onefile (re-extracts itself on every exec)."""
+    onefile = REPO / "build" / "onefile" / "dracni"
+    if not onefile.exists():
+        subprocess.run([sys.executable, "-m", "PyInstaller", "--noconfirm", "--log-level", "ERROR",
+                        "--distpath", str(onefile.parent), "--workpath", str(REPO / "build" / "pyinstaller-onefile"),
+                        str(REPO / "packaging" / "dracni.spec")], check=True, env=dict(os.environ, DRACNI_ONEFILE="1"))
+    env = dict(os.environ, CNI_COMMAND="VERSION")
+    stdin = b'{"cniVersion":"1.0.0"}'
+    onedir_ms = median_ms([timed([str(DRACNI_BINARY)], env, stdin) for _ in range(ROUNDS)])
+    onefile_ms = median_ms([timed([str(onefile)], env, stdin) for _ in range(max(ROUNDS // 4, 5))])
+    print(f"bundle start-up (VERSION): onedir {onedir_ms:.2f} ms, onefile {onefile_ms:.2f} ms "
+          f"({onefile_ms / onedir_ms:.1f}x): shipping onedir")
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--inner":
+        inner(sys.argv[2])
+        return
+    import shutil
+    import tempfile
+
+    base = tempfile.mkdtemp(prefix="dracni-bench-")
+    host = f"dracni-bench-host-{uuid.uuid4().hex[:6]}"
+    subprocess.run(["ip", "netns", "add", host], check=True)
+    try:
+        ip("link", "set", "lo", "up", netns=host)
+        subprocess.run(["ip", "netns", "exec", host, sys.executable, "-m", "tests.bench", "--inner", base],
+                       check=True, env=dict(os.environ, BENCH_HOST_NETNS=host), cwd=REPO)
+        bundle_startup()
+    finally:
+        for ns in subprocess.run(["ip", "netns", "list"], capture_output=True).stdout.decode().split():
+            if ns.startswith("dracni-bench-"):
+                subprocess.run(["ip", "netns", "del", ns])
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
