@@ -295,3 +295,76 @@ def test_cni_version_through_the_whole_chain(lab, pod_uid, version):
     lab.cnitool("check", pod, pod_uid=pod_uid)
     lab.cnitool("del", pod, pod_uid=pod_uid)
     assert ipam_reservations(lab, "mv") == []
+
+
+def _noop_call(debug_file) -> tuple[str, dict, dict]:
+    """What Debian's noop plugin recorded of its last call: command, stdin config, CmdArgs."""
+    import base64
+
+    debug = json.loads(debug_file.read_text())
+    args = debug["CmdArgs"]
+    return debug["Command"], json.loads(base64.b64decode(args["StdinData"])), args
+
+
+def test_delegates_receive_exactly_what_the_spec_says(lab, pod_uid):
+    lab.write_conflist()
+    first_result = {"cniVersion": "1.0.0", "interfaces": [{"name": "net1", "mac": "02:00:00:00:00:aa",
+                                                           "sandbox": "/x"}],
+                    "ips": [{"address": "10.60.0.5/24", "interface": 0}], "dns": {}}
+    debug_a, debug_b = lab.tmp / "noop-a.json", lab.tmp / "noop-b.json"
+    debug_a.write_text(json.dumps({"ReportResult": json.dumps(first_result)}))
+    debug_b.write_text(json.dumps({"ReportResult": "PASSTHROUGH"}))
+    plugin_a = {"type": "noop", "debugFile": str(debug_a), "capabilities": {"mac": True}, "custom": {"k": [1, 2]}}
+    plugin_b = {"type": "noop", "debugFile": str(debug_b), "cniVersion": "0.3.1"}
+    runtime_config = {"mac": "02:00:00:00:00:aa", "bandwidth": {"ingressRate": 1000}}
+    lab.prepare(one_device_claim("noops", pod_uid, [plugin_a, plugin_b], if_name="data0",
+                                 runtimeConfig=runtime_config))
+    pod = lab.pod()
+
+    lab.cnitool("add", pod, pod_uid=pod_uid)
+
+    command, received_a, args_a = _noop_call(debug_a)
+    assert command == "ADD"
+    assert received_a == {**plugin_a, "name": "noops", "cniVersion": "1.0.0", "runtimeConfig": {"mac": runtime_config["mac"]}}
+    command, received_b, args_b = _noop_call(debug_b)
+    assert command == "ADD"
+    # The list's name and version win over the plugin's own; prevResult is the previous delegate's result.
+    assert received_b == {**plugin_b, "name": "noops", "cniVersion": "1.0.0", "prevResult": first_result}
+    for args in (args_a, args_b):
+        assert args["ContainerID"] == container_id_for(pod.path)
+        assert args["Netns"] == pod.path
+        assert args["IfName"] == "data0"
+        assert args["Args"] == lab.env(pod_uid=pod_uid)["CNI_ARGS"]
+        assert args["Path"] == str(lab.bin_dir)
+
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+    for debug in (debug_a, debug_b):
+        command, received, args = _noop_call(debug)
+        assert command == "DEL" and received["prevResult"] == first_result and args["IfName"] == "data0"
+
+
+def test_failing_second_delegate_rolls_back_the_first_in_one_chain(lab, pod_uid):
+    lab.write_conflist()
+    debug = lab.tmp / "noop-fail.json"
+    debug.write_text(json.dumps({"ReportError": "boom from the second delegate"}))
+    lab.prepare(one_device_claim("chain", pod_uid, [macvlan(lab), {"type": "noop", "debugFile": str(debug)}]))
+    pod = lab.pod()
+
+    proc = lab.cnitool("add", pod, pod_uid=pod_uid, check=False)
+
+    assert proc.returncode != 0 and b"boom from the second delegate" in proc.stderr
+    assert "net1" not in pod.links() and ipam_reservations(lab, "chain") == []
+    assert _noop_call(debug)[0] == "DEL"  # the failing delegate was DELeted too
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+
+
+def test_two_claims_asking_for_one_interface_name_fail_clearly(lab, pod_uid):
+    lab.write_conflist()
+    lab.prepare(one_device_claim("a", pod_uid, [macvlan(lab)], if_name="data0"),
+                one_device_claim("b", pod_uid, [macvlan(lab, subnet="10.12.0.0/24")], if_name="data0"))
+    pod = lab.pod()
+    proc = lab.cnitool("add", pod, pod_uid=pod_uid, check=False)
+    assert proc.returncode != 0
+    assert b"ifName: claim default/b request net asks for 'data0', already used by claim default/a" in proc.stderr
+    assert "data0" not in pod.links()
+    lab.cnitool("del", pod, pod_uid=pod_uid)
