@@ -17,11 +17,16 @@ def _reject_constant(name: str):
 
 
 def loads(data: bytes | str):
-    """Strict JSON: raises ValueError (also for NaN/Infinity and bad UTF-8)."""
+    """Strict JSON in UTF-8: raises ValueError (also for NaN/Infinity, UTF-16/32 and bad UTF-8)."""
+    if isinstance(data, (bytes, bytearray)):
+        data = data.decode("utf-8")  # json.loads would guess UTF-16/32 and pass surrogates
     return json.loads(data, parse_constant=_reject_constant)
 
 
-def dumps(obj, pretty: bool = False) -> bytes:
+def dumps(obj, pretty: bool = False, ascii_only: bool = False) -> bytes:
+    """Serialize; ``ascii_only`` escapes everything non-ASCII (lone surrogates included)."""
+    if ascii_only:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=True).encode()
     if pretty:
         return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False).encode()
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()

@@ -32,7 +32,7 @@ class Log:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
         line = f"{stamp} {level.upper()} dracni[{os.getpid()}] {self.context}{msg}\n"
         try:
-            sys.stderr.write(line)
+            sys.stderr.write(line.encode("utf-8", "backslashreplace").decode("utf-8"))
         except (OSError, ValueError):
             pass
         if self.path:
@@ -42,7 +42,7 @@ class Log:
                     os.write(fd, line.encode("utf-8", "replace"))
                 finally:
                     os.close(fd)
-            except OSError:
+            except (OSError, ValueError):  # ValueError: a NUL or an unencodable path
                 pass
 
     def debug(self, msg: str) -> None:

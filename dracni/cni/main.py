@@ -40,15 +40,20 @@ def run(env: dict[str, str] | None = None, stdin: bytes | None = None, out=None)
             _write(out, result)
         return 0
     except CNIError as exc:
-        log.error(f"{exc.msg} {exc.details}".strip())
-        _write(out, exc.to_dict(version))
-        return 1
+        return _fail(out, exc, version)
     except Exception as exc:  # the last line of defence: report, never a traceback on stdout
         err = _classify(exc)
-        log.error(f"{err.msg}")
         _log_traceback()
+        return _fail(out, err, version)
+
+
+def _fail(out, err: CNIError, version: str) -> int:
+    try:
+        log.error(f"{err.msg} {err.details}".strip())
         _write(out, err.to_dict(version))
-        return 1
+    except Exception:  # even the report failed: a fixed, valid error object
+        _write(out, {"cniVersion": version, "code": E.INTERNAL, "msg": "internal error while reporting an error"})
+    return 1
 
 
 def _dispatch(req) -> dict | None:
@@ -90,6 +95,7 @@ def _log_traceback() -> None:
 
 
 def _write(out, obj: dict) -> None:
-    out.write(jsonio.dumps(obj))
+    # ASCII escapes: env values that are not UTF-8 reach messages as lone surrogates.
+    out.write(jsonio.dumps(obj, ascii_only=True))
     out.write(b"\n")
     out.flush()

@@ -16,6 +16,7 @@ _ID_PATTERN = "^[a-zA-Z0-9][a-zA-Z0-9_.\\-]*$"
 _ALNUM = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 _ID_CHARS = _ALNUM | frozenset("_.-")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
+MAX_DELEGATE_TIMEOUT = 3600
 
 #: dracni's own keys in its plugin config, with their expected JSON types.
 OWN_KEYS: dict[str, type] = {"stateDir": str, "logFile": str, "logLevel": str, "delegateTimeout": (int, float)}  # type: ignore[dict-item]
@@ -104,12 +105,14 @@ def _parse_conf(req: Request, conf: dict) -> None:
     for key, kind in OWN_KEYS.items():
         if key in conf and (not isinstance(conf[key], kind) or isinstance(conf[key], bool)):
             raise CNIError(E.INVALID_CONFIG, f"{key}: must be a {_type_name(kind)}, got {_json_type(conf[key])}")
-    if "stateDir" in conf and not conf["stateDir"].startswith("/"):
-        raise CNIError(E.INVALID_CONFIG, f"stateDir: {conf['stateDir']!r} must be an absolute path")
+    for key in ("stateDir", "logFile"):
+        if key in conf:
+            _check_path(conf[key], key)
     if "logLevel" in conf and conf["logLevel"] not in _LOG_LEVELS:
         raise CNIError(E.INVALID_CONFIG, f"logLevel: {conf['logLevel']!r} must be one of {', '.join(_LOG_LEVELS)}")
-    if "delegateTimeout" in conf and not conf["delegateTimeout"] > 0:
-        raise CNIError(E.INVALID_CONFIG, "delegateTimeout: must be a positive number of seconds")
+    if "delegateTimeout" in conf and not 0 < conf["delegateTimeout"] <= MAX_DELEGATE_TIMEOUT:
+        raise CNIError(E.INVALID_CONFIG,
+                       f"delegateTimeout: must be a number of seconds above 0 and at most {MAX_DELEGATE_TIMEOUT}")
     for key in ("runtimeConfig", "args"):
         if key in conf and not isinstance(conf[key], dict):
             raise CNIError(E.INVALID_CONFIG, f"{key}: must be a JSON object, got {_json_type(conf[key])}")
@@ -118,8 +121,20 @@ def _parse_conf(req: Request, conf: dict) -> None:
         if not isinstance(prev, dict):
             raise CNIError(E.INVALID_CONFIG, f"prevResult: must be a JSON object, got {_json_type(prev)}")
         version = prev.get("cniVersion", req.cni_version)
-        req.prev_result = to_current(prev, require_supported(version, "prevResult.cniVersion"))
-        _check_result_shape(req.prev_result, "prevResult")
+        require_supported(version, "prevResult.cniVersion")
+        _check_result_shape(prev, "prevResult")
+        req.prev_result = to_current(prev, version)
+
+
+def _check_path(value: str, key: str) -> None:
+    if not value.startswith("/"):
+        raise CNIError(E.INVALID_CONFIG, f"{key}: {value!r} must be an absolute path")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CNIError(E.INVALID_CONFIG, f"{key}: {value!r} is not valid UTF-8") from None
+    if "\0" in value:
+        raise CNIError(E.INVALID_CONFIG, f"{key}: {value!r} must not contain a NUL character")
 
 
 def _check_result_shape(result: dict, where: str) -> None:
@@ -162,8 +177,8 @@ def validate_ifname(name: str, field: str, code: int) -> str:
     problem = None
     if not name:
         problem = "is missing"
-    elif len(name) > 15:
-        problem = "is longer than 15 characters"
+    elif len(name.encode("utf-8", "surrogateescape")) > 15:
+        problem = "is longer than 15 bytes"
     elif name in (".", ".."):
         problem = "must not be '.' or '..'"
     elif any(c in name for c in "/:") or any(c.isspace() for c in name):
