@@ -43,8 +43,11 @@ def macvlan(lab: Lab, subnet: str = "10.10.1.0/24", master: str = "eth1", **extr
 
 
 def one_device_claim(name: str, pod_uid: str, plugins: list[dict], *, if_name: str | None = None,
-                     device: str = "eth1", cni_version: str = "1.0.0", **params_extra) -> dict:
-    params = attachment_params(plugins, name=name, if_name=if_name, cni_version=cni_version, **params_extra)
+                     device: str = "eth1", cni_version: str = "1.0.0", network: str | None = None,
+                     **params_extra) -> dict:
+    """A claim whose one device runs ``plugins`` as the conflist ``network`` (default: the claim's name)."""
+    params = attachment_params(plugins, name=network or name, if_name=if_name, cni_version=cni_version,
+                               **params_extra)
     return claim_manifest(name, pod_uid=pod_uid,
                           devices=[{"request": "net", "pool": "node1", "device": device, "params": params}])
 
@@ -63,3 +66,20 @@ def ipam_reservations(lab: Lab, network: str) -> list[str]:
 
 def result_of(proc) -> dict:
     return json.loads(proc.stdout)
+
+
+def assert_records_match_schema(state_dir: Path) -> int:
+    """Every record in the state dir validates against spec/state-records.schema.json."""
+    import jsonschema
+
+    schema = json.loads((Path(__file__).resolve().parents[2] / "spec" / "state-records.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    count = 0
+    for path in state_dir.glob("*/*.json"):
+        if path.parent.name == "cache":
+            continue
+        record = json.loads(path.read_text())
+        errors = sorted(validator.iter_errors(record), key=lambda e: e.path)
+        assert not errors, f"{path}: {errors[0].message}"
+        count += 1
+    return count
