@@ -129,8 +129,10 @@ def publish_status(claims_path: str, state_dir: str, driver: str) -> None:
     report = drain_outbox(_state(state_dir), LocalStatusSink(source.path_of), driver=driver)
     click.echo(f"published {report.published} claim status update(s)")
     for uid, error in sorted(report.failed.items()):
-        click.echo(f"claim {uid}: not published: {error}", err=True)
-    if report.failed:
+        click.echo(f"claim {uid}: not published, will retry: {error}", err=True)
+    for uid, error in sorted(report.dropped.items()):
+        click.echo(f"claim {uid}: dropped: {error}", err=True)
+    if report.failed or report.dropped:
         sys.exit(1)
 
 
@@ -206,3 +208,46 @@ def validate(path: str, allowed: tuple[str, ...], driver: str) -> None:
     click.echo(f"{found - len(problems)} of {found} parameter set(s) valid")
     if problems or not found:
         sys.exit(1)
+
+
+@main.command("kubelet-plugin")
+@driver_option
+@state_dir_option
+@click.option("--node-name", envvar="NODE_NAME", required=True, help="This node's name (downward API).")
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file; default: in-cluster config.")
+@click.option("--registry-dir", envvar="DRACNI_REGISTRY_DIR", default="/var/lib/kubelet/plugins_registry",
+              show_default=True, help="Kubelet's plugin registration directory.")
+@click.option("--plugins-dir", envvar="DRACNI_PLUGINS_DIR", default="/var/lib/kubelet/plugins", show_default=True,
+              help="Directory of the DRA socket (<dir>/<driver>/dra.sock).")
+@click.option("--health-address", envvar="DRACNI_HEALTH_ADDRESS", default=":8080", show_default=True,
+              help="host:port serving /healthz, /readyz and /metrics; empty to disable.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), envvar="DRACNI_LOG_FORMAT", default="text",
+              show_default=True)
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), envvar="DRACNI_LOG_LEVEL",
+              default="info", show_default=True)
+@click.option("--allow-type", "allowed", multiple=True, metavar="TYPE",
+              help="Delegate plugin types claims may use (repeatable; default: any). Env: DRACNI_ALLOWED_TYPES, comma-separated.")
+@click.option("--nic-include", multiple=True, metavar="GLOB", help="Publish only NICs matching (repeatable).")
+@click.option("--nic-exclude", multiple=True, metavar="GLOB", help="Never publish NICs matching (repeatable).")
+@click.option("--publish-slices/--no-publish-slices", default=True, show_default=True,
+              help="Publish the node's NICs as ResourceSlices.")
+@click.option("--nic-netns", envvar="DRACNI_NIC_NETNS", default=None, metavar="PATH",
+              help="Network namespace holding the node's NICs (e.g. /proc/1/ns/net when the pod does not "
+                   "use hostNetwork); default: the service's own.")
+def kubelet_plugin(driver: str, state_dir: str, node_name: str, kubeconfig: str | None, registry_dir: str,
+                   plugins_dir: str, health_address: str, log_format: str, log_level: str, allowed: tuple[str, ...],
+                   nic_include: tuple[str, ...], nic_exclude: tuple[str, ...], publish_slices: bool,
+                   nic_netns: str | None) -> None:
+    """Run the kubelet DRA plugin service (the DaemonSet's main process)."""
+    import os
+
+    from .service.logs import setup_logging
+    from .service.main import Service, ServiceOptions
+
+    setup_logging(log_format, log_level)
+    allowed_types = set(allowed) | {t for t in os.environ.get("DRACNI_ALLOWED_TYPES", "").split(",") if t}
+    opts = ServiceOptions(driver=driver, node=node_name, state_dir=state_dir, kubeconfig=kubeconfig,
+                          registry_dir=registry_dir, plugins_dir=plugins_dir, health_address=health_address,
+                          allowed_types=frozenset(allowed_types) or None, nic_include=list(nic_include),
+                          nic_exclude=list(nic_exclude), publish_slices=publish_slices, netns=nic_netns)
+    Service(opts).run_until_signalled()

@@ -21,6 +21,7 @@ the lock, when a write needs it).
 
 from __future__ import annotations
 
+import _thread
 import os
 
 from .. import jsonio
@@ -72,7 +73,11 @@ class StateDir:
 
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
-        self._lock: Any = None
+        self._lock: FlockFile | None = None
+        # flock serializes processes; this mutex serializes the threads of one process (the
+        # service shares one StateDir between its gRPC handlers and its status publisher).
+        self._mutex = _thread.allocate_lock()
+        self._owner: int | None = None
         self._lock_depth = 0
 
     # -- paths ---------------------------------------------------------------------------
@@ -95,20 +100,33 @@ class StateDir:
         return _Held(self, timeout)
 
     def _acquire(self, timeout: float) -> None:
-        if self._lock_depth:
+        me = _thread.get_ident()
+        if self._owner == me:  # re-entrant within one thread
             self._lock_depth += 1
             return
-        self.ensure()
-        if self._lock is None:
-            self._lock = FlockFile(os.path.join(self.root, "state.lock"))
-        if not self._lock.acquire(timeout):
-            raise StateError(f"state lock {self.root}/state.lock busy for {timeout:g}s")
+        if not self._mutex.acquire(timeout=timeout):
+            raise StateError(f"state lock {self.root}/state.lock busy for {timeout:g}s (in this process)")
+        try:
+            self.ensure()
+            if self._lock is None:
+                self._lock = FlockFile(os.path.join(self.root, "state.lock"))
+            if not self._lock.acquire(timeout):
+                raise StateError(f"state lock {self.root}/state.lock busy for {timeout:g}s")
+        except BaseException:
+            self._mutex.release()
+            raise
+        self._owner = me
         self._lock_depth = 1
 
     def _release(self) -> None:
         self._lock_depth -= 1
         if self._lock_depth == 0:
+            self._owner = None
             self._lock.release()
+            self._mutex.release()
+
+    def _holds_lock(self) -> bool:
+        return self._owner == _thread.get_ident()
 
     # -- low-level record I/O --------------------------------------------------------------
     def _read(self, path: str) -> Record | None:
@@ -129,7 +147,7 @@ class StateDir:
 
     def _write(self, path: str, record: Record) -> None:
         """Atomically replace ``path`` with ``record``; the caller holds the lock."""
-        assert self._lock_depth, "state writes must hold the state lock"
+        assert self._holds_lock(), "state writes must hold the state lock"
         record["schema"] = SCHEMA_VERSION
         data = jsonio.dumps(record, pretty=True)
         directory = os.path.dirname(path)
@@ -148,7 +166,7 @@ class StateDir:
             raise StateError(f"cannot write {path}: {exc.strerror}") from exc
 
     def _delete(self, path: str) -> bool:
-        assert self._lock_depth, "state writes must hold the state lock"
+        assert self._holds_lock(), "state writes must hold the state lock"
         try:
             os.unlink(path)
         except FileNotFoundError:

@@ -5,6 +5,8 @@ device facts for one claim.  They become ``status.devices`` entries, go to the s
 call per claim, and the record is then marked published *with the seq that was read*: a
 newer state written by the CNI plugin in the meantime keeps the record pending, so the next
 drain publishes it.  A claim that fails is reported and stays pending; the others go on.
+A failure the sink calls final (the claim is gone, or the server refuses the entries as
+invalid) is reported as dropped and marked published, so it is not retried forever.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from dracni.status.sink import SinkError, StatusSink
 @dataclass
 class DrainReport:
     published: int = 0
-    failed: dict[str, str] = field(default_factory=dict)  # claim uid -> error
+    failed: dict[str, str] = field(default_factory=dict)  # claim uid -> error; stays pending
+    dropped: dict[str, str] = field(default_factory=dict)  # claim uid -> final error; not retried
 
 
 def _pending(state: StateDir, report: DrainReport) -> list[dict]:
@@ -55,20 +58,24 @@ def drain_outbox(state: StateDir, sink: StatusSink, *, driver: str) -> DrainRepo
     for record in _pending(state, report):
         claim = record.get("claim") or {}
         uid = claim.get("uid") or "?"
-        seq = record.get("seq")
+        final_error = None
         try:
-            devices = status_devices(record, driver=driver)
-            sink.apply(claim, driver, devices)
+            sink.apply(claim, driver, status_devices(record, driver=driver))
         except SinkError as exc:
-            report.failed[uid] = str(exc)
-            continue
+            if exc.retryable:
+                report.failed[uid] = str(exc)
+                continue
+            final_error = str(exc)
         except Exception as exc:  # a malformed record or a sink bug must not stop the others
             report.failed[uid] = f"{type(exc).__name__}: {exc}"
             continue
         try:
-            state.mark_published(uid, seq)
+            state.mark_published(uid, record.get("seq"))
         except StateError as exc:
-            report.failed[uid] = f"published, but not recorded: {exc}"
+            report.failed[uid] = f"sent, but not recorded as sent: {exc}"
             continue
-        report.published += 1
+        if final_error is None:
+            report.published += 1
+        else:
+            report.dropped[uid] = final_error
     return report

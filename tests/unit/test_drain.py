@@ -159,7 +159,9 @@ def test_drain_into_local_sink(state, tmp_path):
     state.update_outbox({**claim(2), "name": "unknown"}, add(fact("net1")))
     report = drain_outbox(state, sink, driver=DRIVER)
     assert report.published == 1
-    assert set(report.failed) == {"claim-uid-2"}
+    # A claim the sink cannot locate is a final failure: dropped, not retried forever.
+    assert report.failed == {} and set(report.dropped) == {"claim-uid-2"}
+    assert state.pending_outbox() == []
     document = sink.read("default", "nets-1")
     assert [d["device"] for d in document["status"]["devices"]] == ["net1", "net2"]
 
@@ -167,3 +169,20 @@ def test_drain_into_local_sink(state, tmp_path):
     assert drain_outbox(state, sink, driver=DRIVER).published == 1
     assert sink.read("default", "nets-1") is None
     assert state.read_outbox("claim-uid-1") is None
+
+
+def test_retryable_failure_stays_pending_and_final_failure_is_dropped(state):
+    class Sink:
+        def __init__(self, retryable):
+            self.retryable = retryable
+
+        def apply(self, claim, driver, devices):
+            raise SinkError("nope", retryable=self.retryable)
+
+    state.update_outbox(claim(1), add(fact("net1")))
+    report = drain_outbox(state, Sink(retryable=True), driver=DRIVER)
+    assert list(report.failed) == ["claim-uid-1"] and not report.dropped
+    assert [r["claim"]["uid"] for r in state.pending_outbox()] == ["claim-uid-1"]
+    report = drain_outbox(state, Sink(retryable=False), driver=DRIVER)
+    assert list(report.dropped) == ["claim-uid-1"] and not report.failed and report.published == 0
+    assert state.pending_outbox() == []

@@ -1,0 +1,146 @@
+"""The service's one door to the Kubernetes API (the kubernetes Python client, dicts in and out).
+
+Objects are handled as plain camelCase dicts, as the API serves them (``_preload_content=False``
+skips the client's pydantic models).  Every failure becomes an ``ApiError`` with the HTTP status,
+so callers decide on retry without knowing the client library.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+
+APPLY_PATCH = "application/apply-patch+yaml"
+REQUEST_TIMEOUT = 30
+
+
+class ApiError(Exception):
+    """An API call failed; ``status`` is the HTTP status (0 when the server was unreachable)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def retryable(self) -> bool:
+        return self.status in (0, 408, 409, 429) or self.status >= 500
+
+
+def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
+    """In-cluster config when no kubeconfig is named (the DaemonSet), else the file."""
+    if kubeconfig:
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    else:
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+def _call(fn, *args, **kwargs) -> Any:
+    try:
+        resp = fn(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs)
+    except ApiException as exc:
+        raise ApiError(exc.status or 0, _message(exc)) from None
+    except Exception as exc:  # connection refused, timeouts, TLS: the server is unreachable
+        raise ApiError(0, f"{type(exc).__name__}: {exc}") from None
+    return json.loads(resp.data) if resp.data else None
+
+
+def _message(exc: ApiException) -> str:
+    try:
+        return json.loads(exc.body).get("message") or str(exc.reason)
+    except (TypeError, ValueError, AttributeError):
+        return f"{exc.status} {exc.reason}"
+
+
+class KubeApi:
+    """The calls dracni's service makes; ``packaging/`` RBAC grants exactly these."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+        self.resource = client.ResourceV1Api(api_client)
+        self.core = client.CoreV1Api(api_client)
+
+    # -- resourceclaims: get, list, watch; status: patch (server-side apply) ---------------------
+    def get_claim(self, namespace: str, name: str) -> dict | None:
+        try:
+            return _call(self.resource.read_namespaced_resource_claim, name, namespace)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list_claims(self) -> tuple[list[dict], str]:
+        data = _call(self.resource.list_resource_claim_for_all_namespaces)
+        return data.get("items") or [], data.get("metadata", {}).get("resourceVersion", "")
+
+    def watch_claims(self, resource_version: str, timeout_seconds: int) -> Iterator[tuple[str, dict]]:
+        yield from self._watch(self.resource.list_resource_claim_for_all_namespaces, resource_version,
+                               timeout_seconds)
+
+    def apply_claim_status(self, namespace: str, name: str, devices: list[dict], field_manager: str) -> dict:
+        """Server-side apply of this driver's ``status.devices`` entries (force: we own them).
+
+        A merge or strategic patch would replace the whole list and wipe other drivers' entries.
+        """
+        body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": name, "namespace": namespace}, "status": {"devices": devices}}
+        return _call(self.resource.patch_namespaced_resource_claim_status, name, namespace, body,
+                     field_manager=field_manager, force=True, _content_type=APPLY_PATCH)
+
+    # -- resourceslices: CRUD and watch ----------------------------------------------------------
+    def list_slices(self, field_selector: str) -> tuple[list[dict], str]:
+        data = _call(self.resource.list_resource_slice, field_selector=field_selector)
+        return data.get("items") or [], data.get("metadata", {}).get("resourceVersion", "")
+
+    def watch_slices(self, field_selector: str, resource_version: str,
+                     timeout_seconds: int) -> Iterator[tuple[str, dict]]:
+        yield from self._watch(self.resource.list_resource_slice, resource_version, timeout_seconds,
+                               field_selector=field_selector)
+
+    def create_slice(self, body: dict) -> dict:
+        return _call(self.resource.create_resource_slice, body)
+
+    def replace_slice(self, name: str, body: dict) -> dict:
+        return _call(self.resource.replace_resource_slice, name, body)
+
+    def delete_slice(self, name: str) -> None:
+        try:
+            _call(self.resource.delete_resource_slice, name)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+
+    # -- nodes: get ----------------------------------------------------------------------------
+    def get_node(self, name: str) -> dict | None:
+        try:
+            return _call(self.core.read_node, name)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    # -- watch plumbing --------------------------------------------------------------------------
+    def _watch(self, list_fn, resource_version: str, timeout_seconds: int,
+               **kwargs) -> Iterator[tuple[str, dict]]:
+        """Events after ``resource_version``; ``ApiError(410)`` when it is too old (re-list)."""
+        w = watch.Watch()
+        try:
+            for event in w.stream(list_fn, resource_version=resource_version, timeout_seconds=timeout_seconds,
+                                  allow_watch_bookmarks=True, **kwargs):
+                kind, obj = event.get("type"), event.get("raw_object") or {}
+                if kind == "ERROR":
+                    raise ApiError(int(obj.get("code") or 500), obj.get("message") or "watch error")
+                yield kind, obj
+        except ApiException as exc:
+            raise ApiError(exc.status or 0, _message(exc)) from None
+        except ApiError:
+            raise
+        except Exception as exc:
+            raise ApiError(0, f"watch failed: {type(exc).__name__}: {exc}") from None
+        finally:
+            w.stop()

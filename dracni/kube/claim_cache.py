@@ -1,0 +1,108 @@
+"""A watch-backed cache of ResourceClaims, with a GET on a miss.
+
+Kubelet asks to prepare a claim right after the scheduler allocated and reserved it, so the
+watch may not have delivered that version yet: a cached copy that is not allocated, or not
+reserved for any pod, counts as a miss too.  The watch is re-listed on 410 Gone and whenever
+the stream ends, as ``kubernetes.watch.Watch`` leaves to its caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from .api import ApiError, KubeApi
+
+log = logging.getLogger(__name__)
+
+WATCH_TIMEOUT = 300
+MAX_BACKOFF = 30.0
+
+
+def _key(obj: dict) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return meta.get("namespace", ""), meta.get("name", "")
+
+
+def is_ready_for_prepare(claim: dict) -> bool:
+    status = claim.get("status") or {}
+    return bool(status.get("allocation")) and bool(status.get("reservedFor"))
+
+
+class ClaimCache:
+    def __init__(self, api: KubeApi, *, watch_timeout: int = WATCH_TIMEOUT) -> None:
+        self.api = api
+        self.watch_timeout = watch_timeout
+        self._claims: dict[tuple[str, str], dict] = {}
+        self._lock = threading.Lock()
+        self.synced = threading.Event()
+        self.misses = 0
+
+    # -- reads -----------------------------------------------------------------------------
+    def get(self, namespace: str, name: str) -> dict | None:
+        """The claim, from the cache when it is usable for prepare, else from the API."""
+        with self._lock:
+            cached = self._claims.get((namespace, name))
+        if cached is not None and is_ready_for_prepare(cached):
+            return cached
+        self.misses += 1
+        fresh = self.api.get_claim(namespace, name)
+        if fresh is not None:
+            self._store(fresh)
+        return fresh
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._claims)
+
+    # -- the list+watch loop -----------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        backoff = 0.5
+        while not stop.is_set():
+            try:
+                resource_version = self._relist()
+                backoff = 0.5
+                self._watch(resource_version, stop)
+            except ApiError as exc:
+                if exc.status == 410:
+                    log.info("claim watch expired (410): re-listing")
+                    continue
+                log.warning("claim list/watch failed: %s; retrying in %.1fs", exc, backoff)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF)
+
+    def _relist(self) -> str:
+        items, resource_version = self.api.list_claims()
+        with self._lock:
+            self._claims = {_key(c): c for c in items}
+        self.synced.set()
+        return resource_version
+
+    def _watch(self, resource_version: str, stop: threading.Event) -> None:
+        for kind, obj in self.api.watch_claims(resource_version, self.watch_timeout):
+            if stop.is_set():
+                return
+            if kind in ("ADDED", "MODIFIED"):
+                self._store(obj)
+            elif kind == "DELETED":
+                with self._lock:
+                    self._claims.pop(_key(obj), None)
+
+    def _store(self, obj: dict) -> None:
+        """Keep the newer of two copies (resourceVersions compare as integers on kube-apiserver)."""
+        key = _key(obj)
+        with self._lock:
+            old = self._claims.get(key)
+            if old is None or _rv(obj) >= _rv(old) or _uid(obj) != _uid(old):
+                self._claims[key] = obj
+
+
+def _rv(obj: dict) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+def _uid(obj: dict) -> str:
+    return (obj.get("metadata") or {}).get("uid", "")

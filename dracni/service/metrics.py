@@ -1,0 +1,66 @@
+"""Prometheus metrics of the kubelet plugin service, and the /healthz, /readyz, /metrics endpoint."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+REGISTRY = CollectorRegistry()
+PREPARES = Counter("dracni_prepare_claims_total", "Claims prepared, by result.", ["result"], registry=REGISTRY)
+UNPREPARES = Counter("dracni_unprepare_claims_total", "Claims unprepared, by result.", ["result"],
+                     registry=REGISTRY)
+PREPARE_SECONDS = Histogram("dracni_prepare_seconds", "NodePrepareResources latency.", registry=REGISTRY)
+UNPREPARE_SECONDS = Histogram("dracni_unprepare_seconds", "NodeUnprepareResources latency.", registry=REGISTRY)
+OUTBOX_DEPTH = Gauge("dracni_status_outbox_pending", "Claims whose status is waiting to be published.",
+                     registry=REGISTRY)
+PUBLISH_SECONDS = Histogram("dracni_status_publish_seconds", "Time to publish one claim's status.",
+                            registry=REGISTRY)
+PUBLISH_FAILURES = Counter("dracni_status_publish_failures_total", "Failed status publishes, by kind.", ["kind"],
+                           registry=REGISTRY)
+SLICE_PUBLISHES = Counter("dracni_resourceslice_writes_total", "ResourceSlice writes, by operation.",
+                          ["operation"], registry=REGISTRY)
+
+
+class HealthServer:
+    """``/healthz`` (the process serves), ``/readyz`` (``ready()`` is true) and ``/metrics``."""
+
+    def __init__(self, address: str, ready: Callable[[], tuple[bool, str]]) -> None:
+        host, _, port = address.rpartition(":")
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                if self.path == "/healthz":
+                    self._send(200, b"ok\n", "text/plain")
+                elif self.path == "/readyz":
+                    ok, why = outer.ready()
+                    self._send(200 if ok else 503, (why + "\n").encode(), "text/plain")
+                elif self.path == "/metrics":
+                    self._send(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
+                else:
+                    self._send(404, b"not found\n", "text/plain")
+
+            def _send(self, code: int, body: bytes, content_type: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:  # quiet: probes hit this every few seconds
+                pass
+
+        self.ready = ready
+        self.httpd = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
+        self.port = self.httpd.server_address[1]
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="health", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -1,0 +1,129 @@
+"""Publish the node's NICs as this driver's ResourceSlice(s), and keep them there.
+
+Kubelet deletes all of a node's ResourceSlices when it starts, and a driver's slices when its
+socket has been gone for 30 s: a watch on our slices puts them back within seconds.  Netlink
+link events (a NIC added, renamed, taken down) trigger a refresh; the pool generation goes up
+whenever the published content changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from ..nics import discover_nics, eligible
+from ..slices import build_slices, slices_equal
+from . import metrics
+from ..kube.api import ApiError, KubeApi
+
+log = logging.getLogger(__name__)
+
+RESYNC_SECONDS = 60.0
+WATCH_TIMEOUT = 300
+
+
+class SlicePublisher:
+    def __init__(self, api: KubeApi, *, driver: str, node: str, include: list[str] | None = None,
+                 exclude: list[str] | None = None, netns: str | None = None, sysfs_root: str = "/sys") -> None:
+        self.api = api
+        self.driver = driver
+        self.node = node
+        self.include = include
+        self.exclude = exclude
+        self.netns = netns
+        self.sysfs_root = sysfs_root
+        self.selector = f"spec.nodeName={node},spec.driver={driver}"
+        self.generation = 0
+        self.published = threading.Event()
+        self._dirty = threading.Event()
+        self._node_uid: str | None = None
+
+    def mark_dirty(self) -> None:
+        self._dirty.set()
+
+    # -- reconcile -------------------------------------------------------------------------
+    def desired(self) -> list[dict]:
+        nics = [n for n in discover_nics(netns=self.netns, sysfs_root=self.sysfs_root)
+                if eligible(n, self.include, self.exclude)]
+        return build_slices(driver=self.driver, node_name=self.node, node_uid=self._node_uid, nics=nics,
+                            generation=self.generation)
+
+    def reconcile(self) -> None:
+        if self._node_uid is None:
+            node = self.api.get_node(self.node)
+            self._node_uid = (node or {}).get("metadata", {}).get("uid")
+        existing, _ = self.api.list_slices(self.selector)
+        by_name = {s["metadata"]["name"]: s for s in existing}
+        self.generation = max([self.generation] + [s["spec"]["pool"].get("generation", 0) for s in existing])
+        desired = self.desired()
+        unchanged = len(existing) == len(desired) and all(
+            d["metadata"]["name"] in by_name and slices_equal(d, by_name[d["metadata"]["name"]]) for d in desired)
+        if unchanged:
+            self.published.set()
+            return
+        self.generation += 1
+        for d in self.desired():
+            name = d["metadata"]["name"]
+            if name in by_name:
+                d["metadata"]["resourceVersion"] = by_name[name]["metadata"]["resourceVersion"]
+                self.api.replace_slice(name, d)
+                metrics.SLICE_PUBLISHES.labels(operation="update").inc()
+            else:
+                self.api.create_slice(d)
+                metrics.SLICE_PUBLISHES.labels(operation="create").inc()
+            by_name.pop(name, None)
+        for name in by_name:  # slices of ours that are no longer needed
+            self.api.delete_slice(name)
+            metrics.SLICE_PUBLISHES.labels(operation="delete").inc()
+        log.info("published ResourceSlices for node %s, pool generation %d", self.node, self.generation)
+        self.published.set()
+
+    # -- loops -----------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        threading.Thread(target=self._watch_slices, args=(stop,), name="slice-watch", daemon=True).start()
+        threading.Thread(target=self._watch_links, args=(stop,), name="netlink-watch", daemon=True).start()
+        backoff = 0.5
+        while not stop.is_set():
+            self._dirty.clear()
+            try:
+                self.reconcile()
+                backoff = 0.5
+                wait = RESYNC_SECONDS
+            except ApiError as exc:
+                log.warning("ResourceSlice publish failed: %s; retrying in %.1fs", exc, backoff)
+                wait, backoff = backoff, min(backoff * 2, 30.0)
+            except Exception as exc:
+                log.exception("ResourceSlice publish failed: %s", exc)
+                wait, backoff = backoff, min(backoff * 2, 30.0)
+            self._dirty.wait(wait)
+            if stop.is_set():
+                return
+
+    def _watch_slices(self, stop: threading.Event) -> None:
+        """Deleted or changed by someone else (kubelet at start): reconcile now."""
+        while not stop.is_set():
+            try:
+                _, resource_version = self.api.list_slices(self.selector)
+                for kind, obj in self.api.watch_slices(self.selector, resource_version, WATCH_TIMEOUT):
+                    if stop.is_set():
+                        return
+                    if kind in ("DELETED", "MODIFIED"):
+                        self._dirty.set()
+            except ApiError as exc:
+                if exc.status != 410:
+                    stop.wait(1.0)
+
+    def _watch_links(self, stop: threading.Event) -> None:
+        from pyroute2 import IPRoute, NetNS
+
+        ipr = NetNS(self.netns, flags=0) if self.netns else IPRoute()
+        try:
+            ipr.bind()
+            while not stop.is_set():
+                for message in ipr.get():
+                    if message.get("event") in ("RTM_NEWLINK", "RTM_DELLINK"):
+                        self._dirty.set()
+        except Exception as exc:
+            log.warning("netlink link watch stopped: %s (slices still resync every %ss)", exc, RESYNC_SECONDS)
+        finally:
+            ipr.close()

@@ -1,0 +1,104 @@
+"""Publish the CNI plugin's status outbox to the API server as soon as it changes.
+
+The CNI plugin renames a new outbox record into ``<state>/outbox/``; inotify wakes the
+publisher within milliseconds (no slow poll).  Failures back off exponentially; outbox records
+stay on disk until published, so a restart loses nothing, and the seq/publishedSeq pair keeps
+an older state from ever overwriting a newer one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from ..state.store import StateDir
+from ..status.drain import drain_outbox
+from ..status.sink import SinkError, StatusSink
+from . import metrics
+
+log = logging.getLogger(__name__)
+
+RESYNC_SECONDS = 30.0
+MIN_BACKOFF = 0.2
+MAX_BACKOFF = 10.0
+#: After a wake-up, wait this long so a burst of record writes is drained in one pass.
+DEBOUNCE_SECONDS = 0.005
+
+
+class TimedSink:
+    """Wraps a sink to count publish latency and failures."""
+
+    def __init__(self, sink: StatusSink) -> None:
+        self.sink = sink
+
+    def apply(self, claim: dict, driver: str, devices: list[dict]) -> None:
+        started = time.monotonic()
+        try:
+            self.sink.apply(claim, driver, devices)
+        except SinkError as exc:
+            metrics.PUBLISH_FAILURES.labels(kind="retryable" if exc.retryable else "final").inc()
+            raise
+        metrics.PUBLISH_SECONDS.observe(time.monotonic() - started)
+
+
+class StatusPublisher:
+    def __init__(self, state: StateDir, sink: StatusSink, driver: str) -> None:
+        self.state = state
+        self.sink = TimedSink(sink)
+        self.driver = driver
+        self.published = 0
+        self._wake = threading.Event()
+
+    def nudge(self) -> None:
+        """Drain now (used by tests and by the service at start)."""
+        self._wake.set()
+
+    def run(self, stop: threading.Event) -> None:
+        from inotify_simple import INotify, flags
+
+        self.state.ensure()
+        notifier = INotify()
+        notifier.add_watch(os.path.join(self.state.root, "outbox"), flags.MOVED_TO | flags.CLOSE_WRITE)
+        backoff = 0.0
+        try:
+            while not stop.is_set():
+                backoff = self._drain_once(backoff)
+                self._wait(notifier, stop, backoff or RESYNC_SECONDS)
+        finally:
+            notifier.close()
+
+    def _drain_once(self, backoff: float) -> float:
+        """One pass over the outbox; returns the backoff before the next try (0: none needed)."""
+        try:
+            report = drain_outbox(self.state, self.sink, driver=self.driver)
+        except Exception as exc:  # the state dir itself failed: keep the service alive, retry
+            log.error("status outbox drain failed: %s", exc)
+            return min(max(backoff * 2, MIN_BACKOFF), MAX_BACKOFF)
+        self.published += report.published
+        for uid, error in report.dropped.items():
+            log.error("status of claim %s dropped: %s", uid, error)
+        for uid, error in report.failed.items():
+            log.warning("status of claim %s not published, will retry: %s", uid, error)
+        try:
+            metrics.OUTBOX_DEPTH.set(len(self.state.pending_outbox()))
+        except Exception:
+            pass
+        if report.failed:
+            return min(max(backoff * 2, MIN_BACKOFF), MAX_BACKOFF)
+        return 0.0
+
+    def _wait(self, notifier, stop: threading.Event, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not stop.is_set():
+            if self._wake.is_set():
+                self._wake.clear()
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            if notifier.read(timeout=int(min(left, 0.25) * 1000)):
+                time.sleep(DEBOUNCE_SECONDS)
+                notifier.read(timeout=0)
+                return
