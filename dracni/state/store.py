@@ -25,6 +25,7 @@ import _thread
 import os
 
 from .. import jsonio
+from ..atomicfile import fsync_dir, write_atomic
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~7 ms to import; annotations are strings (PEP 563)
@@ -149,20 +150,9 @@ class StateDir:
         """Atomically replace ``path`` with ``record``; the caller holds the lock."""
         assert self._holds_lock(), "state writes must hold the state lock"
         record["schema"] = SCHEMA_VERSION
-        data = jsonio.dumps(record, pretty=True)
-        directory = os.path.dirname(path)
-        tmp = f"{path}.tmp{os.getpid()}"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
-            try:
-                os.write(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(tmp, path)
-            _fsync_dir(directory)
+            write_atomic(path, jsonio.dumps(record, pretty=True), FILE_MODE)
         except OSError as exc:
-            _unlink_quietly(tmp)
             raise StateError(f"cannot write {path}: {exc.strerror}") from exc
 
     def _delete(self, path: str) -> bool:
@@ -173,7 +163,7 @@ class StateDir:
             return False
         except OSError as exc:
             raise StateError(f"cannot remove {path}: {exc.strerror}") from exc
-        _fsync_dir(os.path.dirname(path))
+        fsync_dir(os.path.dirname(path))
         return True
 
     def _list(self, kind: str) -> list[str]:
@@ -406,18 +396,3 @@ def _claim_pod_keys(record: Record) -> set[str]:
     for pod in record.get("pods", []):
         keys.update(pod_index_keys(pod.get("uid"), record.get("namespace"), pod.get("name")))
     return keys
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass

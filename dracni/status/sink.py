@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 
 import orjson
 
+from dracni.atomicfile import fsync_dir, write_atomic
 from dracni.status.entries import device_id, validate_device_status
 
 API_VERSION = "resource.k8s.io/v1"
@@ -171,25 +172,9 @@ def _read_document(path: str) -> dict | None:
 
 
 def _write_atomic(path: str, document: dict) -> None:
-    directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}")
-    data = orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, STATUS_FILE_MODE)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
-        _fsync_dir(directory)
+        write_atomic(path, orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n", STATUS_FILE_MODE)
     except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise SinkError(f"cannot write {path}: {exc.strerror}") from exc
 
 
@@ -201,14 +186,6 @@ def _remove(path: str) -> None:
     except OSError as exc:
         raise SinkError(f"cannot remove {path}: {exc.strerror}") from exc
     try:
-        _fsync_dir(os.path.dirname(path) or ".")
+        fsync_dir(os.path.dirname(path) or ".")
     except OSError as exc:
         raise SinkError(f"cannot sync {os.path.dirname(path)}: {exc.strerror}") from exc
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

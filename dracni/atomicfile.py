@@ -1,0 +1,40 @@
+"""Replace a file atomically: write a temp file, fsync it, rename it over, fsync the directory.
+
+A reader sees the old content or the new, never a mix, and after a crash the file is one of
+the two.  Imports only ``os`` (the CNI hot path uses it).
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Raises OSError; no temp file is left behind on failure."""
+    directory = os.path.dirname(path) or "."
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+        fsync_dir(directory)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
