@@ -267,7 +267,7 @@ def test_write_that_cannot_create_its_temp_file_keeps_old_record(state: StateDir
     state.update_outbox(CLAIM_REF, lambda facts: [fact("a")])
     path = root / "outbox" / "claim-uid-1.json"
     before = path.read_bytes()
-    blocker = Path(f"{path}.tmp{os.getpid()}")
+    blocker = path.parent / f".{path.name}.tmp{os.getpid()}"
     blocker.mkdir()  # the temp file this process would write cannot be created
     try:
         with pytest.raises(StateError, match="cannot write .*claim-uid-1.json"):
