@@ -1,0 +1,334 @@
+"""Build the node's ResourceSlices (resource.k8s.io/v1) from discovered NICs. Pure: no API calls.
+
+One pool per node, named after the node; one device per offered interface.  Device names are
+DNS labels derived from interface names; attributes live in the driver's domain
+(``<driver>/ifName``, ...) plus the standard ``resource.kubernetes.io/pciBusID`` and
+``resource.kubernetes.io/pcieRoot``.  Limits (CONTRACTS.md section 4, and the API server's
+validation): <=128 devices per slice, <=32 attributes per device, attribute names
+``[<dns-subdomain <=63>/]<C identifier <=32>``, string and version values <=64 bytes, each
+attribute exactly one of int/bool/string/version.
+
+Objects are plain dicts in the API's camelCase JSON form, ready for the kubernetes client or
+``kubectl apply``.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+from typing import Any, Iterable
+
+from .nics import Nic
+
+__all__ = [
+    "API_VERSION",
+    "API_VERSION_V1BETA1",
+    "DEFAULT_DRIVER",
+    "LABEL_DRIVER",
+    "LABEL_NODE",
+    "MAX_ATTRIBUTES_PER_DEVICE",
+    "MAX_DEVICES_PER_SLICE",
+    "MAX_STRING_VALUE",
+    "PCI_BUS_ID",
+    "PCIE_ROOT",
+    "build_slices",
+    "device_for",
+    "device_name",
+    "label_value",
+    "slice_name",
+    "slices_equal",
+    "to_v1beta1",
+    "unique_device_names",
+    "v1beta1_device",
+]
+
+API_VERSION = "resource.k8s.io/v1"
+API_VERSION_V1BETA1 = "resource.k8s.io/v1beta1"
+DEFAULT_DRIVER = "dracni.io"
+
+MAX_DEVICES_PER_SLICE = 128
+MAX_ATTRIBUTES_PER_DEVICE = 32
+MAX_STRING_VALUE = 64
+MAX_DNS_LABEL = 63
+MAX_DNS_SUBDOMAIN = 253
+MAX_DRIVER_NAME = 63
+
+PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
+PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+
+# Labels on every slice dracni writes, to list and clean up its own slices.
+LABEL_DRIVER = "dracni.io/driver"
+LABEL_NODE = "dracni.io/node"
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_INVALID_LABEL_CHARS = re.compile(r"[^a-z0-9-]")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_HASH_LEN = 6
+
+
+def _hash(text: str, n: int = _HASH_LEN) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:n]
+
+
+def _is_dns_subdomain(value: str) -> bool:
+    return (0 < len(value) <= MAX_DNS_SUBDOMAIN
+            and all(_DNS_LABEL.match(part) for part in value.split(".")))
+
+
+# -- names ----------------------------------------------------------------------------------------
+
+
+def device_name(ifname: str) -> str:
+    """The DNS label for interface ``ifname``: lowercased, each character outside [a-z0-9-]
+    replaced by "-", leading and trailing "-" dropped, at most 63 characters ("nic" if nothing
+    is left).  Not necessarily unique: see ``unique_device_names``."""
+    name = _INVALID_LABEL_CHARS.sub("-", ifname.lower())[:MAX_DNS_LABEL].strip("-")
+    return name or "nic"
+
+
+def _suffixed(base: str, suffix: str) -> str:
+    head = base[:MAX_DNS_LABEL - len(suffix) - 1].rstrip("-") or "nic"
+    return f"{head}-{suffix}"
+
+
+def unique_device_names(ifnames: Iterable[str]) -> dict[str, str]:
+    """Map each interface name to a device name unique among them, deterministically.
+
+    An interface whose sanitized name is unique keeps it.  When several sanitize to the same
+    label (``eth_0``, ``eth.0``, ``ETH-0``), the one whose name already *is* that label keeps
+    it and the others get ``-<6 hex of sha256(interface name)>`` appended, so the result depends
+    only on the set of names, never on their order.  Raises ValueError on duplicate names.
+    """
+    names = list(ifnames)
+    if len(set(names)) != len(names):
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"duplicate interface names: {', '.join(dupes)}")
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(device_name(name), []).append(name)
+
+    result: dict[str, str] = {}
+    taken: set[str] = set()
+    pending: list[tuple[str, str]] = []          # (ifname, base) needing a suffix
+    for base, members in groups.items():
+        if len(members) == 1:
+            result[members[0]] = base
+            taken.add(base)
+            continue
+        for member in members:
+            if member == base:
+                result[member] = base
+                taken.add(base)
+            else:
+                pending.append((member, base))
+    # Suffixed names could in theory hit a real interface's name: resolve in a fixed order.
+    pending.sort()
+    for member, base in pending:
+        digest = _hash(member)
+        candidate = _suffixed(base, digest)
+        counter = 1
+        while candidate in taken:
+            candidate = _suffixed(base, f"{digest}-{counter}")
+            counter += 1
+        result[member] = candidate
+        taken.add(candidate)
+    return result
+
+
+def label_value(value: str) -> str:
+    """``value`` if it is a valid label value (<=63 chars), else a valid, stable stand-in."""
+    if len(value) <= 63 and _LABEL_VALUE.match(value):
+        return value
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", value)[:54].strip("-_.")
+    return f"{cleaned}-{_hash(value, 8)}" if cleaned else _hash(value, 8)
+
+
+def slice_name(node_name: str, driver: str, index: int) -> str:
+    """``<node>-<driver with dots as dashes>-<index>``; the node part is shortened and given a
+    hash of the full node name when the whole would exceed 253 characters."""
+    tail = f"-{driver.replace('.', '-')}-{index}"
+    if len(node_name) + len(tail) <= MAX_DNS_SUBDOMAIN:
+        return node_name + tail
+    keep = MAX_DNS_SUBDOMAIN - len(tail) - 9
+    head = node_name[:keep].rstrip("-.")
+    return f"{head}-{_hash(node_name, 8)}{tail}"
+
+
+# -- devices --------------------------------------------------------------------------------------
+
+
+def _string(value: str) -> dict[str, str]:
+    encoded = value.encode("utf-8", "replace")
+    if len(encoded) > MAX_STRING_VALUE:  # the API limit counts bytes
+        value = encoded[:MAX_STRING_VALUE].decode("utf-8", "ignore")
+    return {"string": value}
+
+
+def device_for(nic: Nic, *, domain: str = DEFAULT_DRIVER, name: str | None = None) -> dict[str, Any]:
+    """The v1 Device for ``nic``: ``{"name", "attributes"}``.
+
+    ``name`` defaults to ``device_name(nic.name)`` (``build_slices`` passes the de-duplicated
+    one).  Attributes under ``domain`` (the driver name): ifName, mac, mtu, kind ("" for a
+    physical NIC), state (operational state), adminUp, virtual, sriovVF always; speedMbps,
+    numaNode, sriovTotalVFs, sriovNumVFs, master, kernelDriver, pciVendor, pciDevice when known;
+    plus ``resource.kubernetes.io/pciBusID`` and ``.../pcieRoot`` when known.
+    """
+    attrs: dict[str, dict[str, Any]] = {}
+
+    def put(key: str, value: dict[str, Any]) -> None:
+        attrs[f"{domain}/{key}"] = value
+
+    put("ifName", _string(nic.name))
+    if nic.mac:
+        put("mac", _string(nic.mac))
+    put("mtu", {"int": int(nic.mtu)})
+    put("kind", _string(nic.kind))
+    put("state", _string(nic.oper_state))
+    put("adminUp", {"bool": bool(nic.admin_up)})
+    put("virtual", {"bool": bool(nic.virtual)})
+    put("sriovVF", {"bool": bool(nic.sriov_is_vf)})
+    if nic.speed_mbps is not None:
+        put("speedMbps", {"int": int(nic.speed_mbps)})
+    if nic.numa_node is not None:
+        put("numaNode", {"int": int(nic.numa_node)})
+    if nic.sriov_totalvfs is not None:
+        put("sriovTotalVFs", {"int": int(nic.sriov_totalvfs)})
+    if nic.sriov_numvfs is not None:
+        put("sriovNumVFs", {"int": int(nic.sriov_numvfs)})
+    if nic.master:
+        put("master", _string(nic.master))
+    if nic.driver:
+        put("kernelDriver", _string(nic.driver))
+    if nic.vendor_id:
+        put("pciVendor", _string(nic.vendor_id))
+    if nic.device_id:
+        put("pciDevice", _string(nic.device_id))
+    if nic.pci_address:
+        attrs[PCI_BUS_ID] = _string(nic.pci_address)
+    if nic.pcie_root:
+        attrs[PCIE_ROOT] = _string(nic.pcie_root)
+    assert len(attrs) <= MAX_ATTRIBUTES_PER_DEVICE
+    return {"name": name if name is not None else device_name(nic.name), "attributes": attrs}
+
+
+# -- slices ---------------------------------------------------------------------------------------
+
+
+def build_slices(*, driver: str, node_name: str, node_uid: str | None, nics: list[Nic],
+                 generation: int, max_devices: int = MAX_DEVICES_PER_SLICE) -> list[dict[str, Any]]:
+    """The ResourceSlices publishing ``nics`` as the pool of node ``node_name``.
+
+    Devices are sorted by name and split into ceil(n / max_devices) slices (one slice with no
+    devices when ``nics`` is empty, so the pool still says "nothing here"); every slice carries
+    the same ``pool.generation`` and ``pool.resourceSliceCount`` = the number of slices.
+    Slice names are deterministic (``slice_name``); an ownerReference to the Node is added when
+    ``node_uid`` is known.  Raises ValueError on an invalid driver or node name, a negative
+    generation, a ``max_devices`` outside 1..128, or duplicate interface names.
+    """
+    if not (0 < len(driver) <= MAX_DRIVER_NAME and _is_dns_subdomain(driver)):
+        raise ValueError(f"driver {driver!r}: must be a DNS subdomain of at most {MAX_DRIVER_NAME} characters")
+    if not _is_dns_subdomain(node_name):
+        raise ValueError(f"node name {node_name!r}: must be a DNS subdomain")
+    if isinstance(generation, bool) or not isinstance(generation, int) or not 0 <= generation < 2**63:
+        raise ValueError(f"generation {generation!r}: must be a non-negative int64")
+    if isinstance(max_devices, bool) or not isinstance(max_devices, int) \
+            or not 1 <= max_devices <= MAX_DEVICES_PER_SLICE:
+        raise ValueError(f"max_devices {max_devices!r}: must be between 1 and {MAX_DEVICES_PER_SLICE}")
+
+    names = unique_device_names(nic.name for nic in nics)
+    devices = sorted((device_for(nic, domain=driver, name=names[nic.name]) for nic in nics),
+                     key=lambda d: d["name"])
+    chunks = [devices[i:i + max_devices] for i in range(0, len(devices), max_devices)] or [[]]
+
+    labels = {LABEL_DRIVER: label_value(driver), LABEL_NODE: label_value(node_name)}
+    slices = []
+    for index, chunk in enumerate(chunks):
+        metadata: dict[str, Any] = {"name": slice_name(node_name, driver, index), "labels": dict(labels)}
+        if node_uid:
+            metadata["ownerReferences"] = [{
+                "apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid,
+                "controller": True,
+            }]
+        slices.append({
+            "apiVersion": API_VERSION,
+            "kind": "ResourceSlice",
+            "metadata": metadata,
+            "spec": {
+                "driver": driver,
+                "nodeName": node_name,
+                "pool": {"name": node_name, "generation": generation,
+                         "resourceSliceCount": len(chunks)},
+                "devices": chunk,
+            },
+        })
+    return slices
+
+
+# -- comparison and v1beta1 -----------------------------------------------------------------------
+
+
+def _prune(value: Any) -> Any:
+    """Drop None values and empty maps/lists, recursively (the API omits them; the Python client
+    returns them as None)."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            v = _prune(v)
+            if v is None or v == {} or v == []:
+                continue
+            out[k] = v
+        return out
+    if isinstance(value, list):
+        return [_prune(v) for v in value]
+    return value
+
+
+def _normal_device(device: dict[str, Any]) -> dict[str, Any]:
+    device = dict(device)
+    basic = device.pop("basic", None)  # v1beta1 form
+    if isinstance(basic, dict):
+        device.update(basic)
+    return _prune(device)
+
+
+def _normal_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    spec = obj.get("spec", obj) if isinstance(obj, dict) else {}
+    spec = dict(spec or {})
+    pool = dict(spec.pop("pool", None) or {})
+    pool.pop("generation", None)
+    devices = [_normal_device(d) for d in (spec.pop("devices", None) or [])]
+    devices.sort(key=lambda d: str(d.get("name", "")))
+    out = _prune(spec)
+    out["pool"] = _prune(pool)
+    out["devices"] = devices
+    return out
+
+
+def slices_equal(desired: dict[str, Any], existing: dict[str, Any]) -> bool:
+    """Whether ``existing`` (a ResourceSlice object or its spec, as read back from the API, v1 or
+    v1beta1 device form) already publishes what ``desired`` says.
+
+    Compares the spec: driver, nodeName (and any other node selection field), pool name and
+    resourceSliceCount, and the devices as a set keyed by name (attributes compared exactly).
+    ``pool.generation`` is ignored (the writer bumps it whenever it updates), as are metadata,
+    None values and empty maps/lists.
+    """
+    return _normal_spec(desired) == _normal_spec(existing)
+
+
+def v1beta1_device(device: dict[str, Any]) -> dict[str, Any]:
+    """A v1 Device in the v1beta1 form: everything but ``name`` moves under ``basic``."""
+    if "basic" in device:
+        return copy.deepcopy(device)
+    body = {k: copy.deepcopy(v) for k, v in device.items() if k != "name"}
+    return {"name": device["name"], "basic": body}
+
+
+def to_v1beta1(resource_slice: dict[str, Any]) -> dict[str, Any]:
+    """A v1 ResourceSlice as a resource.k8s.io/v1beta1 object (clusters before 1.34)."""
+    out = copy.deepcopy(resource_slice)
+    out["apiVersion"] = API_VERSION_V1BETA1
+    spec = out.get("spec") or {}
+    spec["devices"] = [v1beta1_device(d) for d in spec.get("devices") or []]
+    return out
