@@ -61,3 +61,11 @@ bench: deps tools binary
 
 clean:
 	rm -rf build dist .cache $(VENV) *.egg-info
+
+# -- generated gRPC modules: spec/k8s.io/kubelet/... -> dracni/kubelet/proto/ (committed) ----
+.PHONY: protos
+# Needs the virtualenv (`make deps`); no prerequisite on it, so that regenerating does not
+# reinstall it.  The output is byte-for-byte reproducible for a given grpcio-tools version.
+protos:
+	@$(BIN)/python -c 'import grpc_tools.protoc' 2>/dev/null || { echo "no grpcio-tools in $(VENV): run make deps" >&2; exit 1; }
+	PYTHON=$(BIN)/python packaging/gen-protos.sh dracni/kubelet/proto

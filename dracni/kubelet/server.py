@@ -1,0 +1,499 @@
+"""The kubelet plugin's gRPC side: the DRA service kubelet calls, and the registration
+socket kubelet's plugin watcher finds it through (CONTRACTS.md section 2).
+
+- ``<plugins_dir>/<driver>/dra.sock``: ``DRAPlugin`` in both ``k8s.io.kubelet.pkg.apis.dra.v1``
+  (kubelet 1.34+) and ``...v1beta1`` (1.32, 1.33), on one gRPC server.
+- ``<registry_dir>/<driver>-reg.sock``: ``pluginregistration.Registration``, on a second server
+  bound only once the DRA socket accepts connections: kubelet dials the endpoint as soon as it
+  has registered the plugin.
+
+The server knows nothing about claims: ``prepare`` and ``unprepare`` callbacks (the preparer
+port) do the work, and the server turns their answers into kubelet's per-claim responses.
+Kubelet treats a failed RPC as a failure of every claim in the batch, and a missing or
+unknown claim UID as an error, so every requested claim gets exactly one entry: a callback
+that raises or forgets a claim gives that claim an error string, never a failed RPC.
+The callbacks run on the server's worker threads, several at once when kubelet prepares
+claims of different pods concurrently: they must be thread-safe (the state dir's lock is).
+
+Keep this module out of the CNI hot path: it imports grpc.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent import futures
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import grpc
+
+from dracni.kubelet.proto import (
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
+    registration_pb2,
+    registration_pb2_grpc,
+)
+
+if TYPE_CHECKING:
+    from dracni.claims.prepare import PrepareOutcome
+
+log = logging.getLogger(__name__)
+
+#: Kubelet's default locations (the same paths inside the DaemonSet's container).
+DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
+DEFAULT_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
+
+#: ``PluginInfo.type`` of a DRA driver's kubelet plugin.
+PLUGIN_TYPE = "DRAPlugin"
+#: ``PluginInfo.supported_versions``: "<proto package>.<service>", most recent first. Kubelet
+#: takes the first one of this list that it speaks.
+SUPPORTED_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+
+#: ``sun_path`` holds 108 bytes, the terminating NUL included.
+MAX_SOCKET_PATH_BYTES = 107
+
+# A DRA driver name: a DNS subdomain of at most 63 characters (it is also a file name here).
+_DRIVER_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+class ClaimRef(NamedTuple):
+    """A claim as kubelet names it in NodePrepareResources / NodeUnprepareResources."""
+
+    namespace: str
+    uid: str
+    name: str
+
+
+PrepareCallback = Callable[[list[ClaimRef]], "Mapping[str, PrepareOutcome]"]
+UnprepareCallback = Callable[[list[ClaimRef]], "Mapping[str, str | None]"]
+
+
+def dra_socket_path(plugins_dir: str, driver: str) -> str:
+    """The DRA service socket: ``<plugins_dir>/<driver>/dra.sock``, absolute."""
+    return os.path.join(os.path.abspath(plugins_dir), driver, "dra.sock")
+
+
+def registration_socket_path(registry_dir: str, driver: str) -> str:
+    """The registration socket: ``<registry_dir>/<driver>-reg.sock``, absolute."""
+    return os.path.join(os.path.abspath(registry_dir), f"{driver}-reg.sock")
+
+
+def check_socket_path(path: str, what: str = "socket") -> None:
+    """Raise ValueError when ``path`` cannot be a unix socket address."""
+    size = len(os.fsencode(path))
+    if size > MAX_SOCKET_PATH_BYTES:
+        raise ValueError(
+            f"{what} path {path!r} is {size} bytes long; a unix socket path must be at most "
+            f"{MAX_SOCKET_PATH_BYTES} bytes: use a shorter directory"
+        )
+
+
+def check_driver_name(driver: str) -> None:
+    """Raise ValueError unless ``driver`` is a valid DRA driver name."""
+    if not isinstance(driver, str) or len(driver) > 63 or not _DRIVER_RE.match(driver):
+        raise ValueError(f"driver name {driver!r} is not a DNS subdomain of at most 63 characters")
+
+
+class DRAPluginServer:
+    """Serves kubelet's DRA plugin API (v1 and v1beta1) and registers with kubelet.
+
+    ``start()`` brings the DRA socket up first and the registration socket after it;
+    ``stop()`` takes the registration socket down first (kubelet then deregisters the
+    plugin) and removes both socket files.  After ``install_signal_handlers()``, SIGTERM and
+    SIGINT stop the server; ``wait()`` returns once it has stopped.
+
+    Kubelet's verdict on the registration: ``registered`` (None until kubelet reports),
+    ``registration_error`` and ``registered_event`` (set while kubelet says registered).
+    """
+
+    def __init__(
+        self,
+        *,
+        driver: str,
+        plugins_dir: str,
+        registry_dir: str,
+        prepare: PrepareCallback,
+        unprepare: UnprepareCallback,
+        max_workers: int = 8,
+    ) -> None:
+        check_driver_name(driver)
+        if max_workers < 1:
+            raise ValueError(f"max_workers must be at least 1, not {max_workers}")
+        self.driver = driver
+        self.dra_socket = dra_socket_path(plugins_dir, driver)
+        self.registration_socket = registration_socket_path(registry_dir, driver)
+        check_socket_path(self.dra_socket, "DRA service socket")
+        check_socket_path(self.registration_socket, "registration socket")
+        self._prepare_cb = prepare
+        self._unprepare_cb = unprepare
+        self._max_workers = max_workers
+
+        #: Set while kubelet reports the plugin registered (NotifyRegistrationStatus).
+        self.registered_event = threading.Event()
+        self._registered: bool | None = None
+        self._registration_error: str | None = None
+        self._status_lock = threading.Lock()
+
+        self._lifecycle_lock = threading.Lock()
+        self._state = "new"  # new -> running -> stopped
+        self._stopped = threading.Event()
+        self._dra_server: grpc.Server | None = None
+        self._reg_server: grpc.Server | None = None
+        self._bound: dict[str, tuple[int, int]] = {}  # socket path -> (st_dev, st_ino) we created
+
+    # -- kubelet's registration verdict ----------------------------------------------------
+
+    @property
+    def registered(self) -> bool | None:
+        """Kubelet's last NotifyRegistrationStatus: True, False, or None before the first."""
+        with self._status_lock:
+            return self._registered
+
+    @property
+    def registration_error(self) -> str | None:
+        """The error of kubelet's last failed registration (None after a success)."""
+        with self._status_lock:
+            return self._registration_error
+
+    def _record_registration(self, registered: bool, error: str) -> None:
+        with self._status_lock:
+            self._registered = registered
+            self._registration_error = None if registered else (error or "kubelet gave no reason")
+        if registered:
+            self.registered_event.set()
+            log.info("kubelet registered DRA driver %s (endpoint %s)", self.driver, self.dra_socket)
+        else:
+            self.registered_event.clear()
+            log.error("kubelet refused to register DRA driver %s: %s", self.driver, error or "no reason given")
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._state == "running"
+
+    def start(self, ready_timeout: float = 5.0) -> None:
+        """Create the directories, replace stale sockets, serve DRA, then serve registration.
+
+        Returns once both sockets accept connections.  A server starts once: after ``stop()``
+        make a new one.
+        """
+        with self._lifecycle_lock:
+            if self._state != "new":
+                raise RuntimeError(f"DRAPluginServer for {self.driver} was already {self._state}")
+            os.makedirs(os.path.dirname(self.dra_socket), mode=0o750, exist_ok=True)
+            os.makedirs(os.path.dirname(self.registration_socket), mode=0o750, exist_ok=True)
+            # The registration socket goes first: while it exists kubelet may dial it.
+            _remove_stale_socket(self.registration_socket)
+            _remove_stale_socket(self.dra_socket)
+            try:
+                self._dra_server = grpc.server(
+                    futures.ThreadPoolExecutor(max_workers=self._max_workers, thread_name_prefix="dracni-dra")
+                )
+                dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(
+                    _DRAService(self, dra_v1_pb2, "v1", share_id=True), self._dra_server
+                )
+                dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(
+                    _DRAService(self, dra_v1beta1_pb2, "v1beta1", share_id=False), self._dra_server
+                )
+                self._bind(self._dra_server, self.dra_socket)
+                self._dra_server.start()
+                _wait_until_serving(self.dra_socket, ready_timeout)
+
+                self._reg_server = grpc.server(
+                    futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="dracni-reg")
+                )
+                registration_pb2_grpc.add_RegistrationServicer_to_server(_RegistrationService(self), self._reg_server)
+                self._bind(self._reg_server, self.registration_socket)
+                self._reg_server.start()
+            except BaseException:
+                self._shutdown(grace=0)
+                self._state = "stopped"
+                self._stopped.set()
+                raise
+            self._state = "running"
+        log.info(
+            "serving DRA driver %s on %s (%s); registration on %s",
+            self.driver,
+            self.dra_socket,
+            ", ".join(SUPPORTED_SERVICES),
+            self.registration_socket,
+        )
+
+    def stop(self, grace: float | None = 5.0) -> None:
+        """Stop both servers and remove the socket files this server created.
+
+        Registration goes first, so kubelet deregisters the plugin before the DRA service
+        stops; in-flight DRA calls get ``grace`` seconds.  Idempotent.
+        """
+        with self._lifecycle_lock:
+            if self._state == "stopped":
+                return
+            was_running = self._state == "running"
+            self._shutdown(grace)
+            self._state = "stopped"
+            self._stopped.set()
+        if was_running:
+            log.info("stopped DRA driver %s plugin server", self.driver)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the server has stopped (or ``timeout``); True once stopped."""
+        return self._stopped.wait(timeout)
+
+    def install_signal_handlers(
+        self, signals: Iterable[int] = (signal.SIGTERM, signal.SIGINT), grace: float = 5.0
+    ) -> None:
+        """Make the given signals stop the server (call from the main thread).
+
+        The handler only starts a thread running ``stop(grace)``: stopping inside the
+        handler could deadlock on a lock the interrupted main thread holds.
+        """
+
+        def handler(signum: int, _frame: Any) -> None:
+            log.info("signal %s: stopping DRA driver %s plugin server", signal.Signals(signum).name, self.driver)
+            threading.Thread(target=self.stop, args=(grace,), name="dracni-stop").start()
+
+        for sig in signals:
+            signal.signal(sig, handler)
+
+    def __enter__(self) -> DRAPluginServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _bind(self, server: grpc.Server, path: str) -> None:
+        try:
+            port = server.add_insecure_port("unix:" + path)
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen on unix socket {path}: {exc}") from exc
+        if not port:
+            raise OSError(f"cannot listen on unix socket {path}")
+        st = os.stat(path)
+        self._bound[path] = (st.st_dev, st.st_ino)
+
+    def _shutdown(self, grace: float | None) -> None:
+        if self._reg_server is not None:
+            self._reg_server.stop(None).wait()
+        self._remove_own_socket(self.registration_socket)
+        if self._dra_server is not None:
+            self._dra_server.stop(grace).wait()
+        self._remove_own_socket(self.dra_socket)
+
+    def _remove_own_socket(self, path: str) -> None:
+        """Unlink ``path`` if it is still the socket we bound, not a successor's."""
+        ident = self._bound.pop(path, None)
+        if ident is None:
+            return
+        try:
+            st = os.lstat(path)
+            if (st.st_dev, st.st_ino) != ident:
+                log.warning("not removing %s: another process replaced our socket", path)
+                return
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+    # -- the two DRA calls, independent of the API version -----------------------------------
+
+    def _run_prepare(self, claims: list[ClaimRef]) -> dict[str, tuple[list[dict], str | None]]:
+        """uid -> (devices, error) for every requested claim, whatever the callback does."""
+        if not claims:
+            return {}
+        try:
+            outcomes = self._prepare_cb(list(claims))
+            if not isinstance(outcomes, Mapping):
+                raise TypeError(f"prepare returned {type(outcomes).__name__}, not a mapping of claim UIDs")
+        except Exception as exc:
+            log.exception("preparing claims %s failed", _names(claims))
+            error = f"internal error: preparing claims failed: {type(exc).__name__}: {exc}"
+            return {c.uid: ([], error) for c in claims}
+        _warn_extra(outcomes, claims, "prepare")
+        results: dict[str, tuple[list[dict], str | None]] = {}
+        for claim in claims:
+            outcome = outcomes.get(claim.uid)
+            if outcome is None:
+                results[claim.uid] = ([], f"internal error: no outcome for claim {claim.namespace}/{claim.name}")
+                continue
+            try:
+                results[claim.uid] = _normalise_outcome(outcome)
+            except (TypeError, ValueError) as exc:
+                results[claim.uid] = ([], f"internal error: bad outcome for claim {claim.namespace}/{claim.name}: {exc}")
+        return results
+
+    def _run_unprepare(self, claims: list[ClaimRef]) -> dict[str, str | None]:
+        """uid -> error (None: done) for every requested claim, whatever the callback does."""
+        if not claims:
+            return {}
+        try:
+            outcomes = self._unprepare_cb(list(claims))
+            if not isinstance(outcomes, Mapping):
+                raise TypeError(f"unprepare returned {type(outcomes).__name__}, not a mapping of claim UIDs")
+        except Exception as exc:
+            log.exception("unpreparing claims %s failed", _names(claims))
+            error = f"internal error: unpreparing claims failed: {type(exc).__name__}: {exc}"
+            return {c.uid: error for c in claims}
+        _warn_extra(outcomes, claims, "unprepare")
+        results: dict[str, str | None] = {}
+        for claim in claims:
+            if claim.uid not in outcomes:
+                results[claim.uid] = f"internal error: no outcome for claim {claim.namespace}/{claim.name}"
+                continue
+            error = outcomes[claim.uid]
+            results[claim.uid] = str(error) if error else None
+        return results
+
+
+class _DRAService:
+    """``DRAPlugin`` of one API version; the messages differ only in v1's ``share_id``."""
+
+    def __init__(self, owner: DRAPluginServer, pb2: Any, version: str, *, share_id: bool) -> None:
+        self._owner = owner
+        self._pb2 = pb2
+        self._version = version
+        self._share_id = share_id
+
+    def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        claims = _claim_refs(request.claims)
+        results = self._owner._run_prepare(claims)
+        response = self._pb2.NodePrepareResourcesResponse()
+        failed = 0
+        for uid, (devices, error) in results.items():
+            entry = response.claims[uid]  # creates the entry, also for a claim with no devices
+            if error:
+                entry.error = error
+                failed += 1
+                continue
+            for dev in devices:
+                out = entry.devices.add(
+                    request_names=[dev["request"]] if dev["request"] else [],
+                    pool_name=dev["pool"],
+                    device_name=dev["device"],
+                )
+                if self._share_id and dev["shareID"]:
+                    out.share_id = dev["shareID"]
+        _log_call("NodePrepareResources", self._version, claims, results, failed)
+        return response
+
+    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        claims = _claim_refs(request.claims)
+        results = self._owner._run_unprepare(claims)
+        response = self._pb2.NodeUnprepareResourcesResponse()
+        failed = 0
+        for uid, error in results.items():
+            entry = response.claims[uid]
+            if error:
+                entry.error = error
+                failed += 1
+        _log_call("NodeUnprepareResources", self._version, claims, results, failed)
+        return response
+
+
+class _RegistrationService:
+    def __init__(self, owner: DRAPluginServer) -> None:
+        self._owner = owner
+
+    def GetInfo(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        log.debug("kubelet asked for plugin info of %s", self._owner.driver)
+        return registration_pb2.PluginInfo(
+            type=PLUGIN_TYPE,
+            name=self._owner.driver,
+            endpoint=self._owner.dra_socket,
+            supported_versions=list(SUPPORTED_SERVICES),
+        )
+
+    def NotifyRegistrationStatus(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        self._owner._record_registration(request.plugin_registered, request.error)
+        return registration_pb2.RegistrationStatusResponse()
+
+
+def _claim_refs(claims: Iterable[Any]) -> list[ClaimRef]:
+    refs: list[ClaimRef] = []
+    seen: set[str] = set()
+    for c in claims:
+        if c.uid in seen:  # kubelet sends each claim once; a response map holds one entry anyway
+            continue
+        seen.add(c.uid)
+        refs.append(ClaimRef(namespace=c.namespace, uid=c.uid, name=c.name))
+    return refs
+
+
+def _normalise_outcome(outcome: Any) -> tuple[list[dict], str | None]:
+    error = getattr(outcome, "error", None)
+    if error:
+        return [], str(error)
+    devices = getattr(outcome, "devices", None)
+    if devices is None:
+        raise TypeError(f"{type(outcome).__name__} has no devices")
+    normalised = []
+    for dev in devices:
+        if not isinstance(dev, Mapping):
+            raise TypeError(f"device entry {dev!r} is not a mapping")
+        pool, device = dev.get("pool"), dev.get("device")
+        if not pool or not device:
+            raise ValueError(f"device entry {dict(dev)!r} lacks pool or device")
+        normalised.append(
+            {
+                "request": str(dev.get("request") or ""),
+                "pool": str(pool),
+                "device": str(device),
+                "shareID": str(dev.get("shareID") or ""),
+            }
+        )
+    return normalised, None
+
+
+def _warn_extra(outcomes: Mapping[str, Any], claims: list[ClaimRef], call: str) -> None:
+    extra = set(outcomes) - {c.uid for c in claims}
+    if extra:  # kubelet fails the whole call on a UID it did not ask for: drop them
+        log.warning("%s answered for claims kubelet did not ask for, ignored: %s", call, sorted(extra))
+
+
+def _names(claims: list[ClaimRef]) -> str:
+    return ", ".join(f"{c.namespace}/{c.name} ({c.uid})" for c in claims)
+
+
+def _log_call(call: str, version: str, claims: list[ClaimRef], results: Mapping[str, Any], failed: int) -> None:
+    if failed:
+        for claim in claims:
+            r = results.get(claim.uid)
+            error = r[1] if isinstance(r, tuple) else r
+            if error:
+                log.warning("%s %s/%s (%s): %s", call, claim.namespace, claim.name, claim.uid, error)
+    log.info("%s (%s): %d claims, %d failed", call, version, len(claims), failed)
+
+
+def _remove_stale_socket(path: str) -> None:
+    """Remove what a crashed predecessor left at ``path`` (binding would fail on it)."""
+    try:
+        os.unlink(path)
+        log.info("removed stale socket %s", path)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        raise OSError(f"cannot listen on {path}: it is a directory") from None
+
+
+def _wait_until_serving(path: str, timeout: float) -> None:
+    """Return once the server on ``path`` accepts connections (connect() succeeds only on a
+    listening socket).  A raw connect: gRPC's channel_ready_future polls in 0.2 s steps."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(max(0.1, deadline - time.monotonic()))
+            try:
+                sock.connect(path)
+                return
+            except OSError as exc:
+                if time.monotonic() >= deadline:
+                    raise OSError(f"the DRA server on {path} accepted no connection within {timeout} s: {exc}") from None
+        time.sleep(0.01)
