@@ -44,9 +44,28 @@ def prepare_claims(
     Re-preparing an unchanged claim leaves its record untouched (``preparedAt`` included).
     """
     outcomes: dict[str, PrepareOutcome] = {}
+    resolved: dict[str, dict] = {}
     for claim in claims:
         key = _claim_key(claim)
-        outcomes[key] = _prepare_one(state, claim, driver, node, allowed_types, (sources or {}).get(key))
+        try:
+            record = resolve_claim(claim, driver=driver, node=node, allowed_types=allowed_types,
+                                   source=(sources or {}).get(key))
+        except ClaimError as exc:
+            outcomes[key] = PrepareOutcome(error=str(exc))
+            continue
+        except Exception as exc:  # a bug must not fail the other claims of the call
+            log.exception("preparing claim %s failed", key)
+            outcomes[key] = PrepareOutcome(error=f"internal error: {type(exc).__name__}: {exc}")
+            continue
+        resolved[key] = record
+        outcomes[key] = PrepareOutcome(devices=[_device_key(d) for d in record["devices"]])
+    try:
+        with state.locked():  # compare and write as one step, in one lock hold for the batch
+            changed = [r for r in resolved.values() if not _same_record(state.read_claim(r["uid"]), r)]
+            state.put_claims(changed)
+    except StateError as exc:
+        for key in resolved:
+            outcomes[key] = PrepareOutcome(error=f"cannot record the prepared claim: {exc}")
     return outcomes
 
 
@@ -56,35 +75,11 @@ def unprepare_claims(state: StateDir, uids: list[str]) -> dict[str, str | None]:
     Attachment records and the status outbox stay: CNI DEL and the status publisher still
     need them after the claim is unprepared.
     """
-    results: dict[str, str | None] = {}
-    for uid in uids:
-        try:
-            state.remove_claim(uid)
-            results[uid] = None
-        except StateError as exc:
-            results[uid] = str(exc)
-    return results
-
-
-def _prepare_one(
-    state: StateDir,
-    claim: dict,
-    driver: str,
-    node: str | None,
-    allowed_types: frozenset[str] | None,
-    source: str | None,
-) -> PrepareOutcome:
     try:
-        record = resolve_claim(claim, driver=driver, node=node, allowed_types=allowed_types, source=source)
-        with state.locked():  # compare and write as one step
-            if not _same_record(state.read_claim(record["uid"]), record):
-                state.put_claim(record)
-    except (ClaimError, StateError) as exc:
-        return PrepareOutcome(error=str(exc))
-    except Exception as exc:  # a bug must not fail the other claims of the call
-        log.exception("preparing claim %s failed", _claim_key(claim))
-        return PrepareOutcome(error=f"internal error: {type(exc).__name__}: {exc}")
-    return PrepareOutcome(devices=[_device_key(d) for d in record["devices"]])
+        state.remove_claims(uids)
+    except StateError as exc:
+        return {uid: str(exc) for uid in uids}
+    return {uid: None for uid in uids}
 
 
 def _same_record(old: dict | None, new: dict) -> bool:

@@ -45,6 +45,8 @@ def _call(fn, *args, **kwargs) -> Any:
         resp = fn(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs)
     except ApiException as exc:
         raise ApiError(exc.status or 0, _message(exc)) from None
+    except ValueError as exc:  # the client refused our body (pydantic): retrying cannot help
+        raise ApiError(400, f"invalid request: {exc}") from None
     except Exception as exc:  # connection refused, timeouts, TLS: the server is unreachable
         raise ApiError(0, f"{type(exc).__name__}: {exc}") from None
     return json.loads(resp.data) if resp.data else None
@@ -127,14 +129,16 @@ class KubeApi:
     # -- watch plumbing --------------------------------------------------------------------------
     def _watch(self, list_fn, resource_version: str, timeout_seconds: int,
                **kwargs) -> Iterator[tuple[str, dict]]:
-        """Events after ``resource_version``; ``ApiError(410)`` when it is too old (re-list)."""
-        w = watch.Watch()
+        """Events after ``resource_version``; ``ApiError(410)`` when it is too old (re-list).
+
+        ``return_type="object"``: plain dicts (the client cannot guess the item model of the
+        resource.k8s.io lists).  The client turns an ERROR event into an ApiException itself.
+        """
+        w = watch.Watch(return_type="object")
         try:
             for event in w.stream(list_fn, resource_version=resource_version, timeout_seconds=timeout_seconds,
                                   allow_watch_bookmarks=True, **kwargs):
-                kind, obj = event.get("type"), event.get("raw_object") or {}
-                if kind == "ERROR":
-                    raise ApiError(int(obj.get("code") or 500), obj.get("message") or "watch error")
+                kind, obj = event.get("type"), event.get("raw_object") or event.get("object") or {}
                 yield kind, obj
         except ApiException as exc:
             raise ApiError(exc.status or 0, _message(exc)) from None

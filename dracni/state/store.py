@@ -202,37 +202,57 @@ class StateDir:
         return claims
 
     def put_claim(self, record: Record) -> None:
-        """Store a prepared claim and add it to the index of every pod it is reserved for."""
+        self.put_claims([record])
+
+    def put_claims(self, records: list[Record]) -> None:
+        """Store prepared claims and index them under every pod they are reserved for.
+
+        One lock hold and one write per pod index file however many claims a pod has
+        (kubelet prepares all of a pod's claims in one call).
+        """
         with self.locked():
-            old = self.read_claim(record["uid"])
-            record.setdefault("kind", "PreparedClaim")
-            self._write(self._path("claims", record["uid"]), record)
-            old_keys = _claim_pod_keys(old, ) if old else set()
-            new_keys = _claim_pod_keys(record)
-            for key in new_keys:
-                self._index_update(key, add=record["uid"])
-            for key in old_keys - new_keys:
-                self._index_update(key, remove=record["uid"])
+            adds: dict[str, list[str]] = {}
+            removes: dict[str, list[str]] = {}
+            for record in records:
+                old = self.read_claim(record["uid"])
+                record.setdefault("kind", "PreparedClaim")
+                self._write(self._path("claims", record["uid"]), record)
+                new_keys = _claim_pod_keys(record)
+                for key in new_keys:
+                    adds.setdefault(key, []).append(record["uid"])
+                for key in (_claim_pod_keys(old) if old else set()) - new_keys:
+                    removes.setdefault(key, []).append(record["uid"])
+            for key in sorted(set(adds) | set(removes)):
+                self._index_update(key, add=adds.get(key, []), remove=removes.get(key, []))
 
     def remove_claim(self, uid: str) -> Record | None:
         """Forget a prepared claim (attachments stay: DEL may still come)."""
-        with self.locked():
-            old = self.read_claim(uid)
-            if old is None:
-                return None
-            for key in _claim_pod_keys(old):
-                self._index_update(key, remove=uid)
-            self._delete(self._path("claims", uid))
-            return old
+        return self.remove_claims([uid]).get(uid)
 
-    def _index_update(self, key: str, add: str | None = None, remove: str | None = None) -> None:
+    def remove_claims(self, uids: list[str]) -> dict[str, Record | None]:
+        with self.locked():
+            removed: dict[str, Record | None] = {}
+            removes: dict[str, list[str]] = {}
+            for uid in uids:
+                old = self.read_claim(uid)
+                removed[uid] = old
+                if old is None:
+                    continue
+                for key in _claim_pod_keys(old):
+                    removes.setdefault(key, []).append(uid)
+                self._delete(self._path("claims", uid))
+            for key in sorted(removes):
+                self._index_update(key, remove=removes[key])
+            return removed
+
+    def _index_update(self, key: str, add: list[str] = (), remove: list[str] = ()) -> None:
         path = self._path("pods", key)
         index = self._read(path) or {"kind": "PodIndex", "claims": []}
-        claims: list[str] = index["claims"]
-        if add and add not in claims:
-            claims.append(add)
-        if remove and remove in claims:
-            claims.remove(remove)
+        claims: list[str] = [uid for uid in index["claims"] if uid not in remove]
+        claims += [uid for uid in add if uid not in claims]
+        if claims == index["claims"] and os.path.exists(path):
+            return
+        index["claims"] = claims
         if claims:
             self._write(path, index)
         else:

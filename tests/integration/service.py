@@ -1,0 +1,158 @@
+"""Run the frozen ``dracni kubelet-plugin`` against the fake API server, with a fake kubelet."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+from tests.fakes.apiserver import FakeApiServer
+from tests.fakes.kubelet import FakeKubelet
+from tests.harness import DRACNI_BINARY, Lab, attachment_params
+
+DRIVER = "dracni.io"
+NODE = "node-a"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServiceProcess:
+    """The DaemonSet's main process: the frozen bundle, NICs discovered in the lab's host netns."""
+
+    def __init__(self, lab: Lab, api: FakeApiServer) -> None:
+        self.lab = lab
+        self.api = api
+        # Unix socket paths must stay under 108 bytes: a short dir under /tmp.
+        self.sockets = Path(tempfile.mkdtemp(prefix="dr-", dir="/tmp"))
+        self.registry_dir = self.sockets / "reg"
+        self.plugins_dir = self.sockets / "plugins"
+        self.health_port = free_port()
+        self.log_path = lab.tmp / "service.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, wait_ready: bool = True) -> None:
+        cmd = [str(DRACNI_BINARY), "kubelet-plugin", f"--driver={DRIVER}", f"--node-name={NODE}",
+               f"--kubeconfig={self.api.kubeconfig_path}", f"--state-dir={self.lab.state_dir}",
+               f"--registry-dir={self.registry_dir}", f"--plugins-dir={self.plugins_dir}",
+               f"--health-address=127.0.0.1:{self.health_port}", f"--nic-netns={self.lab.host.path}",
+               "--log-level=debug",
+               # The lab's NIC stand-ins are veths, which a node's defaults rightly exclude.
+               "--nic-include=eth1", "--nic-include=eth2", "--nic-include=eth9"]
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, env={k: v for k, v in os.environ.items()
+                                                                        if not k.startswith("KUBE")})
+        if wait_ready:
+            self.wait_ready()
+
+    def readyz(self) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz", timeout=1) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+        except OSError as exc:
+            return 0, str(exc)
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/metrics", timeout=2) as r:
+            return r.read().decode()
+
+    def wait_ready(self, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"service exited with {self.proc.returncode}:\n{self.log()}")
+            if self.readyz()[0] == 200:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"service not ready in {timeout}s: {self.readyz()}\n{self.log()}")
+
+    def stop(self) -> int:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode if self.proc else 0
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def close(self) -> None:
+        self.stop()
+        import shutil
+
+        shutil.rmtree(self.sockets, ignore_errors=True)
+
+
+def macvlan_params(lab: Lab, *, subnet: str = "10.10.1.0/24", master: str = "eth1", if_name: str | None = None,
+                   network: str = "mv") -> dict:
+    plugin = {"type": "macvlan", "master": master, "mode": "bridge",
+              "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]], "dataDir": str(lab.ipam_dir)}}
+    return attachment_params([plugin], name=network, if_name=if_name)
+
+
+def create_allocated_claim(api: FakeApiServer, name: str, pod_uid: str, params: dict, *, device: str = "eth1",
+                           namespace: str = "default", pod_name: str = "demo") -> dict:
+    """A claim as a user writes it, then allocated and reserved as the scheduler does."""
+    opaque = {"driver": DRIVER, "parameters": params}
+    api.create_claim({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": [{"name": "net", "exactly": {"deviceClassName": DRIVER}}],
+                             "config": [{"requests": ["net"], "opaque": opaque}]}},
+    })
+    allocation = {"devices": {"results": [{"request": "net", "driver": DRIVER, "pool": NODE, "device": device}],
+                              "config": [{"source": "FromClaim", "requests": ["net"], "opaque": opaque}]},
+                  "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                      {"key": "metadata.name", "operator": "In", "values": [NODE]}]}]}}
+    api.set_claim_allocation(namespace, name, allocation,
+                             [{"resource": "pods", "name": pod_name, "uid": pod_uid}])
+    return api.get_claim(namespace, name)
+
+
+def claim_ref(claim: dict) -> tuple[str, str, str]:
+    meta = claim["metadata"]
+    return meta["namespace"], meta["uid"], meta["name"]
+
+
+def our_status(api: FakeApiServer, claim: dict) -> list[dict]:
+    current = api.get_claim(claim["metadata"]["namespace"], claim["metadata"]["name"]) or {}
+    return [d for d in (current.get("status") or {}).get("devices") or [] if d.get("driver") == DRIVER]
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.01):
+    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    while True:
+        value = predicate()
+        if value:
+            return value, time.monotonic() - started
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def new_pod_uid() -> str:
+    return str(uuid.uuid4())
+
+
+def dump(obj) -> str:
+    return json.dumps(obj, indent=2)
+
+
+__all__ = ["DRIVER", "NODE", "FakeApiServer", "FakeKubelet", "ServiceProcess", "claim_ref", "create_allocated_claim",
+           "macvlan_params", "our_status", "wait_for", "new_pod_uid", "dump"]

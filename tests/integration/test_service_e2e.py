@@ -1,0 +1,211 @@
+"""End to end: fake kubelet -> frozen `dracni kubelet-plugin` -> state dir -> cnitool ADD with
+Debian's plugins in a real netns -> status.devices in the (fake) API server -> DEL."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.service import (DRIVER, NODE, FakeApiServer, FakeKubelet, ServiceProcess, claim_ref,
+                                       create_allocated_claim, dump, macvlan_params, new_pod_uid, our_status,
+                                       wait_for)
+
+
+@pytest.fixture
+def api(tmp_path):
+    server = FakeApiServer(tmp_path / "apiserver").start()
+    server.add_node(NODE)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def service(lab, api):
+    lab.write_conflist()
+    svc = ServiceProcess(lab, api)
+    svc.start()
+    try:
+        yield svc
+    finally:
+        svc.close()
+
+
+@pytest.fixture
+def kubelet(service):
+    fake = FakeKubelet(str(service.registry_dir), driver=DRIVER)
+    fake.wait_for_plugin(timeout=10)
+    try:
+        yield fake
+    finally:
+        fake.close()
+
+
+def prepare_ok(kubelet, claim) -> dict:
+    responses = kubelet.prepare([claim_ref(claim)])
+    response = responses[claim["metadata"]["uid"]]
+    assert not response.error, response.error
+    return response
+
+
+def test_prepare_add_status_del(lab, api, service, kubelet):
+    pod_uid = new_pod_uid()
+    claim = create_allocated_claim(api, "mv", pod_uid, macvlan_params(lab))
+    response = prepare_ok(kubelet, claim)
+    assert [(d.pool_name, d.device_name, list(d.request_names)) for d in response.devices] == [(NODE, "eth1", ["net"])]
+
+    pod = lab.pod()
+    lab.cnitool("add", pod, pod_uid=pod_uid)
+
+    entries, elapsed = wait_for(lambda: our_status(api, claim), 1.0, "status.devices after ADD")
+    mac = pod.links()["net1"]["address"]
+    assert len(entries) == 1, dump(entries)
+    entry = entries[0]
+    assert (entry["pool"], entry["device"]) == (NODE, "eth1")
+    assert entry["networkData"] == {"interfaceName": "net1", "ips": ["10.10.1.2/24"], "hardwareAddress": mac}
+    assert entry["conditions"][0]["type"] == "Ready" and entry["conditions"][0]["status"] == "True"
+    assert entry["data"]["ips"][0]["address"] == "10.10.1.2/24"
+    applies = api.requests_to("PATCH", "/resourceclaims/mv/status")
+    assert applies and all(r.content_type.startswith("application/apply-patch") and r.field_manager == DRIVER
+                           for r in applies)
+
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+    wait_for(lambda: not our_status(api, claim), 1.0, "our status.devices entries to be cleared after DEL")
+    unprepared = kubelet.unprepare([claim_ref(claim)])
+    assert not unprepared[claim["metadata"]["uid"]].error
+
+
+def test_other_drivers_entries_survive_our_publishes(lab, api, service, kubelet):
+    pod_uid = new_pod_uid()
+    claim = create_allocated_claim(api, "mv", pod_uid, macvlan_params(lab))
+    prepare_ok(kubelet, claim)
+    pod = lab.pod()
+    lab.cnitool("add", pod, pod_uid=pod_uid)
+    wait_for(lambda: our_status(api, claim), 1.0, "status after ADD")
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+    wait_for(lambda: not our_status(api, claim), 1.0, "status cleared")
+    # Only server-side apply (never a merge patch, which replaces the whole list) was used.
+    assert not api.requests_to("PATCH", "/status") or all(
+        r.content_type.startswith("application/apply-patch") for r in api.requests_to("PATCH", "/status"))
+
+
+def test_failed_add_reports_ready_false_with_the_cni_error(lab, api, service, kubelet):
+    pod_uid = new_pod_uid()
+    claim = create_allocated_claim(api, "bad", pod_uid, macvlan_params(lab, master="nosuchnic"))
+    prepare_ok(kubelet, claim)
+    pod = lab.pod()
+
+    proc = lab.cnitool("add", pod, pod_uid=pod_uid, check=False)
+    assert proc.returncode != 0
+
+    entries, _ = wait_for(lambda: our_status(api, claim), 1.0, "Ready=False after a failed ADD")
+    condition = entries[0]["conditions"][0]
+    assert condition["type"] == "Ready" and condition["status"] == "False"
+    assert "delegate macvlan ADD failed" in condition["message"]
+    assert entries[0]["networkData"] == {"interfaceName": "net1"}
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+    wait_for(lambda: not our_status(api, claim), 1.0, "status cleared after DEL")
+
+
+def test_add_while_api_server_is_down_publishes_when_it_is_back(lab, api, service, kubelet):
+    pod_uid = new_pod_uid()
+    claim = create_allocated_claim(api, "mv", pod_uid, macvlan_params(lab))
+    prepare_ok(kubelet, claim)
+    api.stop()
+    pod = lab.pod()
+    lab.cnitool("add", pod, pod_uid=pod_uid)  # the CNI path makes no API call
+    assert "net1" in pod.links()
+
+    api.start()
+    entries, _ = wait_for(lambda: our_status(api, claim), 15.0, "status once the API server is back")
+    assert entries[0]["networkData"]["interfaceName"] == "net1"
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+
+
+def test_service_restarted_between_add_and_publish_publishes_exactly_once(lab, api, service, kubelet):
+    pod_uid = new_pod_uid()
+    claim = create_allocated_claim(api, "mv", pod_uid, macvlan_params(lab))
+    prepare_ok(kubelet, claim)
+    assert service.stop() == 0
+    assert not list(service.registry_dir.glob("*.sock")) and not list(service.plugins_dir.rglob("*.sock"))
+    api.reset_requests()
+    pod = lab.pod()
+    lab.cnitool("add", pod, pod_uid=pod_uid)
+
+    service.start()
+    entries, _ = wait_for(lambda: our_status(api, claim), 5.0, "status after the service restarted")
+    assert entries[0]["networkData"]["interfaceName"] == "net1"
+    import time
+
+    time.sleep(0.5)  # any duplicate publish would have happened by now
+    assert len(api.requests_to("PATCH", "/resourceclaims/mv/status")) == 1
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+
+
+def test_kubelet_restart_replays_prepare_idempotently(lab, api, service, kubelet):
+    pod_uid = new_pod_uid()
+    claim = create_allocated_claim(api, "mv", pod_uid, macvlan_params(lab))
+    first = prepare_ok(kubelet, claim)
+    record = (lab.state_dir / "claims" / f"{claim['metadata']['uid']}.json").read_bytes()
+    kubelet.close()
+
+    restarted = FakeKubelet(str(service.registry_dir), driver=DRIVER)
+    try:
+        restarted.wait_for_plugin(timeout=10)
+        again = prepare_ok(restarted, claim)
+        assert list(again.devices) == list(first.devices)
+        assert (lab.state_dir / "claims" / f"{claim['metadata']['uid']}.json").read_bytes() == record
+        # Unprepare may come for a claim never prepared, or twice.
+        assert not restarted.unprepare([claim_ref(claim)])[claim["metadata"]["uid"]].error
+        assert not restarted.unprepare([claim_ref(claim)])[claim["metadata"]["uid"]].error
+    finally:
+        restarted.close()
+
+
+def test_prepare_errors_name_what_to_fix(lab, api, service, kubelet):
+    good = create_allocated_claim(api, "good", new_pod_uid(), macvlan_params(lab))
+    api.create_claim({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                      "metadata": {"name": "unallocated", "namespace": "default"},
+                      "spec": {"devices": {"requests": [{"name": "net", "exactly": {"deviceClassName": DRIVER}}]}}})
+    unallocated = api.get_claim("default", "unallocated")
+    refs = [claim_ref(good), claim_ref(unallocated), ("default", "0000-missing", "missing")]
+    responses = kubelet.prepare(refs)
+    assert not responses[good["metadata"]["uid"]].error
+    assert "not allocated" in responses[unallocated["metadata"]["uid"]].error
+    assert "not found" in responses["0000-missing"].error
+
+
+def test_resourceslices_are_published_and_recreated_after_a_wipe(lab, api, service):
+    slices, _ = wait_for(lambda: api.list_slices(node=NODE, driver=DRIVER), 5.0, "ResourceSlices")
+    devices = {d["name"]: d for s in slices for d in s["spec"]["devices"]}
+    assert {"eth1", "eth2"} <= set(devices), dump(slices)
+    assert devices["eth1"]["attributes"]["dracni.io/ifName"] == {"string": "eth1"}
+    assert slices[0]["metadata"]["ownerReferences"][0]["kind"] == "Node"
+
+    api.delete_all_slices(node=NODE)  # what kubelet does when it starts
+    recreated, elapsed = wait_for(lambda: api.list_slices(node=NODE, driver=DRIVER), 5.0, "re-created slices")
+    assert {d["name"] for s in recreated for d in s["spec"]["devices"]} == set(devices)
+
+
+def test_a_new_nic_updates_the_slice(lab, api, service):
+    from tests.harness import ip
+
+    wait_for(lambda: api.list_slices(node=NODE, driver=DRIVER), 5.0, "ResourceSlices")
+    generation = api.list_slices(node=NODE, driver=DRIVER)[0]["spec"]["pool"]["generation"]
+    ip("link", "add", "eth9", "type", "veth", "peer", "name", "eth9p", netns=lab.host.name)
+
+    def has_eth9():
+        slices = api.list_slices(node=NODE, driver=DRIVER)
+        return slices if any(d["name"] == "eth9" for s in slices for d in s["spec"]["devices"]) else None
+
+    slices, _ = wait_for(has_eth9, 5.0, "eth9 in the slice")
+    assert slices[0]["spec"]["pool"]["generation"] > generation
+
+
+def test_health_and_metrics(lab, api, service, kubelet):
+    claim = create_allocated_claim(api, "mv", new_pod_uid(), macvlan_params(lab))
+    prepare_ok(kubelet, claim)
+    assert service.readyz()[0] == 200
+    metrics = service.metrics()
+    assert 'dracni_prepare_claims_total{result="ok"} 1.0' in metrics
+    assert "dracni_status_outbox_pending" in metrics and "dracni_resourceslice_writes_total" in metrics

@@ -1,0 +1,187 @@
+"""The service's Kubernetes adapters (KubeApi, ClaimCache, ApiStatusSink, Preparer) against the
+test API server, through the real kubernetes client."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from dracni.kube.api import ApiError, KubeApi, load_api_client
+from dracni.kube.claim_cache import ClaimCache
+from dracni.kube.status_sink import ApiStatusSink
+from dracni.kubelet.server import ClaimRef
+from dracni.service.preparer import Preparer
+from dracni.state.store import StateDir
+from dracni.status.sink import SinkError
+from tests.fakes.apiserver import FakeApiServer
+
+DRIVER = "dracni.io"
+NODE = "node-a"
+PARAMS = {"apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachment",
+          "config": {"cniVersion": "1.0.0", "name": "mv", "plugins": [{"type": "macvlan", "master": "eth1"}]}}
+
+
+@pytest.fixture
+def fake(tmp_path):
+    server = FakeApiServer(tmp_path / "api").start()
+    server.add_node(NODE)
+    try:
+        yield server
+        assert not server.internal_errors
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def api(fake) -> KubeApi:
+    client = load_api_client(fake.kubeconfig_path)
+    client.configuration.retries = 0
+    return KubeApi(client)
+
+
+def make_claim(fake: FakeApiServer, name: str, *, pool: str = NODE, allocate: bool = True) -> dict:
+    opaque = {"driver": DRIVER, "parameters": PARAMS}
+    fake.create_claim({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                       "metadata": {"name": name, "namespace": "default"},
+                       "spec": {"devices": {"requests": [{"name": "net", "exactly": {"deviceClassName": DRIVER}}],
+                                            "config": [{"requests": ["net"], "opaque": opaque}]}}})
+    if allocate:
+        fake.set_claim_allocation("default", name, {"devices": {
+            "results": [{"request": "net", "driver": DRIVER, "pool": pool, "device": "eth1"}],
+            "config": [{"source": "FromClaim", "requests": ["net"], "opaque": opaque}]}},
+            [{"resource": "pods", "name": "demo", "uid": "pod-uid-1"}])
+    return fake.get_claim("default", name)
+
+
+def entry(driver: str = DRIVER, ip: str = "10.0.0.5/24") -> dict:
+    return {"driver": driver, "pool": NODE, "device": "eth1",
+            "conditions": [{"type": "Ready", "status": "True", "reason": "NetworkInterfaceReady",
+                            "message": "net1 configured", "lastTransitionTime": "2026-11-21T05:00:00Z"}],
+            "networkData": {"interfaceName": "net1", "ips": [ip]}}
+
+
+def ref(claim: dict) -> ClaimRef:
+    return ClaimRef(claim["metadata"]["namespace"], claim["metadata"]["uid"], claim["metadata"]["name"])
+
+
+def test_get_list_and_missing_claims(fake, api):
+    claim = make_claim(fake, "a")
+    assert api.get_claim("default", "a")["metadata"]["uid"] == claim["metadata"]["uid"]
+    assert api.get_claim("default", "nope") is None
+    items, rv = api.list_claims()
+    assert [c["metadata"]["name"] for c in items] == ["a"] and rv
+
+
+def test_server_down_is_a_retryable_error(fake, api):
+    fake.stop()
+    with pytest.raises(ApiError) as info:
+        api.get_claim("default", "a")
+    assert info.value.status == 0 and info.value.retryable
+
+
+def test_watch_delivers_events_and_410_after_compaction(fake, api):
+    _, rv = api.list_claims()
+    make_claim(fake, "w")
+    events = []
+    for kind, obj in api.watch_claims(rv, timeout_seconds=1):
+        events.append((kind, obj["metadata"]["name"], bool((obj.get("status") or {}).get("allocation"))))
+        if len(events) == 2:
+            break
+    assert events == [("ADDED", "w", False), ("MODIFIED", "w", True)]
+    fake.compact()
+    with pytest.raises(ApiError) as info:
+        list(api.watch_claims(rv, timeout_seconds=1))
+    assert info.value.status == 410
+
+
+def test_claim_cache_follows_the_watch_and_relists_after_410(fake, api):
+    cache = ClaimCache(api, watch_timeout=1)
+    stop = threading.Event()
+    thread = threading.Thread(target=cache.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        assert cache.synced.wait(5)
+        make_claim(fake, "c1")
+        deadline = time.monotonic() + 5
+        while len(cache) < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(cache) == 1
+        misses = cache.misses
+        assert cache.get("default", "c1")["status"]["allocation"]
+        assert cache.misses == misses  # served from the watch, no GET
+        fake.compact()
+        make_claim(fake, "c2")
+        deadline = time.monotonic() + 5
+        while len(cache) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(cache) == 2
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+def test_claim_cache_gets_on_a_miss(fake, api):
+    cache = ClaimCache(api)  # never run: every read is a miss
+    make_claim(fake, "m")
+    assert cache.get("default", "m")["metadata"]["name"] == "m" and cache.misses == 1
+    assert cache.get("default", "gone") is None
+
+
+def test_status_sink_applies_only_our_entries(fake, api):
+    claim = make_claim(fake, "s")
+    fake.set_claim_allocation("default", "s", {**claim["status"]["allocation"], "devices": {
+        **claim["status"]["allocation"]["devices"],
+        "results": claim["status"]["allocation"]["devices"]["results"] + [
+            {"request": "net", "driver": "other.example.com", "pool": NODE, "device": "eth1"}]}},
+        claim["status"]["reservedFor"])
+    other = KubeApi(load_api_client(fake.other_kubeconfig_path))
+    other.apply_claim_status("default", "s", [entry("other.example.com")], field_manager="other.example.com")
+    sink = ApiStatusSink(api)
+    ref_ = {"uid": claim["metadata"]["uid"], "namespace": "default", "name": "s"}
+
+    sink.apply(ref_, DRIVER, [entry()])
+    drivers = sorted(d["driver"] for d in fake.get_claim("default", "s")["status"]["devices"])
+    assert drivers == [DRIVER, "other.example.com"]
+    sink.apply(ref_, DRIVER, [])
+    assert [d["driver"] for d in fake.get_claim("default", "s")["status"]["devices"]] == ["other.example.com"]
+
+
+def test_status_sink_errors_say_whether_to_retry(fake, api):
+    claim = make_claim(fake, "e")
+    sink = ApiStatusSink(api)
+    ref_ = {"uid": claim["metadata"]["uid"], "namespace": "default", "name": "e"}
+    with pytest.raises(SinkError) as info:
+        sink.apply(ref_, DRIVER, [entry(ip="10.0.0.5")])  # not CIDR: 422
+    assert not info.value.retryable and "networkData.ips[0]" in str(info.value)
+    with pytest.raises(SinkError) as info:
+        sink.apply({**ref_, "name": "deleted"}, DRIVER, [entry()])
+    assert not info.value.retryable and "no longer exists" in str(info.value)
+    fake.stop()
+    with pytest.raises(SinkError) as info:
+        sink.apply(ref_, DRIVER, [entry()])
+    assert info.value.retryable
+
+
+def test_preparer_checks_uid_pool_and_allocation(fake, api, tmp_path):
+    state = StateDir(str(tmp_path / "state"))
+    preparer = Preparer(state=state, claims=ClaimCache(api), driver=DRIVER, node=NODE)
+    good = make_claim(fake, "good")
+    elsewhere = make_claim(fake, "elsewhere", pool="node-b")
+    pending = make_claim(fake, "pending", allocate=False)
+    stale = ClaimRef("default", "0000-old-uid", "good")
+
+    outcomes = preparer.prepare([ref(good), ref(elsewhere), ref(pending), stale,
+                                 ClaimRef("default", "u-missing", "missing")])
+
+    assert outcomes[good["metadata"]["uid"]].error is None
+    assert outcomes[good["metadata"]["uid"]].devices == [{"request": "net", "pool": NODE, "device": "eth1",
+                                                         "shareID": None}]
+    assert "not from this node node-a" in outcomes[elsewhere["metadata"]["uid"]].error
+    assert "not allocated" in outcomes[pending["metadata"]["uid"]].error
+    assert "deleted and re-created" in outcomes["0000-old-uid"].error
+    assert "not found" in outcomes["u-missing"].error
+    assert [c["uid"] for c in state.list_claims()] == [good["metadata"]["uid"]]
+    assert preparer.unprepare([ref(good), stale]) == {good["metadata"]["uid"]: None, "0000-old-uid": None}
+    assert state.list_claims() == []
