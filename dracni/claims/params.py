@@ -46,7 +46,8 @@ def validate_parameters(
 ) -> dict:
     """Check ``params`` and return the normalised attachment.
 
-    The result is ``{"ifName", "config", "runtimeConfig", "capabilities"}`` where ``config`` is
+    The result is ``{"ifName", "config", "runtimeConfig", "capabilities", "persistentIPs",
+    "ipamClaim"}`` where ``config`` is
     always a conflist object (a single plugin config becomes a one-plugin conflist named after
     its ``name``, else its ``type``).  ``allowed_types``, when given, is the allowlist of
     delegate plugin types (the ``type`` of each plugin of the list; IPAM types are the
@@ -69,6 +70,8 @@ def validate_parameters(
         "config": config,
         "runtimeConfig": copy.deepcopy(params.get("runtimeConfig") or {}),
         "capabilities": dict(params.get("capabilities") or {}),
+        "persistentIPs": bool(params.get("persistentIPs", False)),
+        "ipamClaim": params.get("ipamClaim"),
     }
 
 

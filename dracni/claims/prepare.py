@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass, field
 
 from dracni.claims.resolve import ClaimError, resolve_claim
+from dracni.claims.sticky import IpamClaimGetter, pin_addresses
 from dracni.state.store import StateDir, StateError
 
 log = logging.getLogger(__name__)
@@ -36,11 +37,14 @@ def prepare_claims(
     node: str | None = None,
     allowed_types: frozenset[str] | None = None,
     sources: dict[str, str] | None = None,
+    ipamclaims: IpamClaimGetter | None = None,
 ) -> dict[str, PrepareOutcome]:
     """Resolve each ResourceClaim object and store its PreparedClaim record.
 
     Keyed by claim UID (``<namespace>/<name>`` for a claim without one, which always fails).
     ``sources`` maps a claim UID to the manifest file it came from (clusterless use).
+    ``ipamclaims`` reads an IPAMClaim (namespace, name) for attachments that name one; without
+    it (clusterless use) such an attachment fails to prepare.
     Re-preparing an unchanged claim leaves its record untouched (``preparedAt`` included).
     """
     outcomes: dict[str, PrepareOutcome] = {}
@@ -50,6 +54,7 @@ def prepare_claims(
         try:
             record = resolve_claim(claim, driver=driver, node=node, allowed_types=allowed_types,
                                    source=(sources or {}).get(key))
+            pin_addresses(claim, record, driver=driver, ipamclaims=ipamclaims)
         except ClaimError as exc:
             outcomes[key] = PrepareOutcome(error=str(exc))
             continue

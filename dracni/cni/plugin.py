@@ -70,14 +70,22 @@ class MetaPlugin:
         conflist = spec["config"]
         cap = conflist.get("cniVersion") or LATEST
         where = f"claim {device['claim']['namespace']}/{device['claim']['name']} request {spec['request']}"
+        runtime_config = dict(spec.get("runtimeConfig") or {})
+        requested = spec.get("requestedIPs") or []
+        if requested:  # persistent addresses: the "ips" capability and the args.cni.ips convention
+            runtime_config.setdefault("ips", requested)
         delegates = []
         for i, plugin in enumerate(conflist["plugins"]):
             field = f"{where}: config.plugins[{i}].type"
             binary = self.runner.find(plugin.get("type"), field)
             version = self.runner.negotiate(binary, cap, field) if negotiate else cap
             conf = delegate_config(plugin, network=conflist["name"], version=version,
-                                   runtime_config=spec.get("runtimeConfig") or {},
+                                   runtime_config=runtime_config,
                                    extra_capabilities=spec.get("capabilities") or {}, prev_result=None)
+            if requested:
+                args = dict(conf.get("args") or {})
+                args["cni"] = {**(args.get("cni") or {}), "ips": requested}
+                conf["args"] = args
             delegates.append({"type": plugin["type"], "cniVersion": version, "config": conf,
                               "added": False, "result": None})
         return delegates
@@ -106,6 +114,8 @@ class MetaPlugin:
                 "claim": d["claim"], "request": spec["request"], "pool": spec["pool"], "device": spec["device"],
                 "shareID": spec.get("shareID"), "ifName": d["ifName"], "driver": d["driver"],
                 "delegates": self._delegates_for(d), "result": None, "error": None,
+                "persistentIPs": bool(spec.get("persistentIPs") or spec.get("ipamClaim")),
+                "ipamClaim": spec.get("ipamClaim"), "requestedIPs": spec.get("requestedIPs") or [],
             })
         # Write-ahead: DEL must find this record even if we die half-way through.
         self.state.put_attachment(record)
@@ -146,6 +156,22 @@ class MetaPlugin:
             prev = to_current(result, result.get("cniVersion") or delegate["cniVersion"])
             delegate["result"] = prev
         dev["result"] = prev
+        if dev.get("requestedIPs"):
+            self._check_pinned(dev)
+
+    @staticmethod
+    def _check_pinned(dev: dict) -> None:
+        """Never hand out a different address than the one the claim keeps."""
+        from .addresses import missing_addresses, result_addresses
+
+        returned = result_addresses(dev["result"])
+        if missing_addresses(dev["requestedIPs"], returned):
+            source = f"IPAMClaim {dev['ipamClaim']}" if dev.get("ipamClaim") else "the claim's status"
+            raise CNIError(E.DELEGATE_FAILED,
+                           f"IPAM returned {', '.join(returned) or 'no address'} but {source} keeps "
+                           f"{', '.join(dev['requestedIPs'])} for this attachment; refusing a different address",
+                           "the IPAM must grant requested addresses (host-local: when free and in range; "
+                           "static: always)")
 
     def _rollback(self, record: dict, failure: CNIError) -> None:
         """DEL everything this ADD created, then record the failure for status and DEL."""
@@ -347,12 +373,17 @@ class MetaPlugin:
                                      [f for f in old if _fact_key(f) not in keys] + facts)
 
     def _retract_facts(self, record: dict) -> None:
+        """After DEL: our entries go, but a persistent attachment's addresses stay, Detached."""
         cid = record["containerID"]
         for claim_uid, devices in _by_claim(record).items():
-            if self.state.read_outbox(claim_uid) is None:
+            detached = [_detached_fact(record, dev) for dev in devices if dev.get("persistentIPs")]
+            detached = [f for f in detached if f["keptIPs"]]
+            if self.state.read_outbox(claim_uid) is None and not detached:
                 continue
-            self.state.update_outbox(devices[0]["claim"],
-                                     lambda old: [f for f in old if f.get("containerID") != cid])
+            keys = {_fact_key(f) for f in detached}
+            claim = dict(devices[0]["claim"], driver=devices[0].get("driver"))
+            self.state.update_outbox(claim, lambda old, keys=keys, detached=detached: [
+                f for f in old if f.get("containerID") != cid and _fact_key(f) not in keys] + detached)
 
 
 def _by_claim(record: dict) -> dict[str, list[dict]]:
@@ -367,12 +398,27 @@ def _fact_key(fact: dict) -> tuple:
 
 
 def _fact(record: dict, dev: dict) -> dict:
-    return {
+    fact = {
         "request": dev["request"], "pool": dev["pool"], "device": dev["device"], "shareID": dev.get("shareID"),
         "ifName": dev["ifName"], "ready": record["state"] == "ready" and dev.get("error") is None,
         "result": dev.get("result"), "error": dev.get("error"), "containerID": record["containerID"],
-        "podUID": (record.get("pod") or {}).get("uid"), "updatedAt": record["updatedAt"],
+        "podUID": (record.get("pod") or {}).get("uid"), "podName": (record.get("pod") or {}).get("name"),
+        "updatedAt": record["updatedAt"],
     }
+    if dev.get("persistentIPs"):
+        fact["ipamClaim"] = dev.get("ipamClaim")
+        fact["keptIPs"] = list(dev.get("requestedIPs") or [])
+    return fact
+
+
+def _detached_fact(record: dict, dev: dict) -> dict:
+    """A persistent attachment after DEL: Ready=False (Detached), its addresses kept."""
+    from .addresses import result_addresses
+
+    fact = _fact(record, dev)
+    fact.update(ready=False, detached=True, result=None, error=None, updatedAt=now_rfc3339(),
+                keptIPs=result_addresses(dev.get("result")) or list(dev.get("requestedIPs") or []))
+    return fact
 
 
 def _valid_attachments(conf: dict) -> set[tuple[str, str]]:

@@ -14,6 +14,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 APPLY_PATCH = "application/apply-patch+yaml"
+IPAMCLAIMS = ("k8s.cni.cncf.io", "v1alpha1", "ipamclaims")
 REQUEST_TIMEOUT = 30
 
 
@@ -66,6 +67,7 @@ class KubeApi:
         self.api_client = api_client
         self.resource = client.ResourceV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
 
     # -- resourceclaims: get, list, watch; status: patch (server-side apply) ---------------------
     def get_claim(self, namespace: str, name: str) -> dict | None:
@@ -116,6 +118,23 @@ class KubeApi:
         except ApiError as exc:
             if exc.status != 404:
                 raise
+
+    # -- ipamclaims (k8s.cni.cncf.io/v1alpha1): get; status: update ------------------------------
+    def get_ipamclaim(self, namespace: str, name: str) -> dict | None:
+        group, version, plural = IPAMCLAIMS
+        try:
+            return _call(self.custom.get_namespaced_custom_object, group, version, namespace, plural, name)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def replace_ipamclaim_status(self, obj: dict) -> dict:
+        """PUT the status subresource; the object's resourceVersion is the precondition (409)."""
+        group, version, plural = IPAMCLAIMS
+        meta = obj["metadata"]
+        return _call(self.custom.replace_namespaced_custom_object_status, group, version, meta["namespace"], plural,
+                     meta["name"], obj)
 
     # -- nodes: get ----------------------------------------------------------------------------
     def get_node(self, name: str) -> dict | None:

@@ -1,9 +1,12 @@
 """A watch-backed cache of ResourceClaims, with a GET on a miss.
 
-Kubelet asks to prepare a claim right after the scheduler allocated and reserved it, so the
-watch may not have delivered that version yet: a cached copy that is not allocated, or not
-reserved for any pod, counts as a miss too.  The watch is re-listed on 410 Gone and whenever
-the stream ends, as ``kubernetes.watch.Watch`` leaves to its caller.
+Kubelet asks to prepare a claim right after the scheduler allocated it and reserved it for the
+pod being started, so the watch may not have delivered that version yet.  A stale copy would
+record the previous pod and the CNI plugin would not find the new one's claims.  So the cache
+answers only when its copy is reserved for exactly the pods the caller already prepared (the
+replay after a kubelet restart, kubelet's retries); a first prepare reads the claim from the
+API server.  The watch is re-listed on 410 Gone and whenever the stream ends, as
+``kubernetes.watch.Watch`` leaves to its caller.
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ def is_ready_for_prepare(claim: dict) -> bool:
     return bool(status.get("allocation")) and bool(status.get("reservedFor"))
 
 
+def reserved_pod_uids(claim: dict) -> set[str]:
+    return {r.get("uid") for r in (claim.get("status") or {}).get("reservedFor") or [] if r.get("resource") == "pods"}
+
+
 class ClaimCache:
     def __init__(self, api: KubeApi, *, watch_timeout: int = WATCH_TIMEOUT) -> None:
         self.api = api
@@ -36,14 +43,18 @@ class ClaimCache:
         self._claims: dict[tuple[str, str], dict] = {}
         self._lock = threading.Lock()
         self.synced = threading.Event()
+        self.hits = 0
         self.misses = 0
 
     # -- reads -----------------------------------------------------------------------------
-    def get(self, namespace: str, name: str) -> dict | None:
-        """The claim, from the cache when it is usable for prepare, else from the API."""
+    def get(self, namespace: str, name: str, known_pods: set[str] | None = None) -> dict | None:
+        """The claim: from the cache when its copy is reserved for exactly ``known_pods``
+        (the pods already prepared), else from the API."""
         with self._lock:
             cached = self._claims.get((namespace, name))
-        if cached is not None and is_ready_for_prepare(cached):
+        if cached is not None and known_pods and is_ready_for_prepare(cached) \
+                and reserved_pod_uids(cached) == known_pods:
+            self.hits += 1
             return cached
         self.misses += 1
         fresh = self.api.get_claim(namespace, name)

@@ -37,6 +37,7 @@ class Service:
     def __init__(self, opts: ServiceOptions) -> None:
         from ..kube.api import KubeApi, load_api_client
         from ..kube.claim_cache import ClaimCache
+        from ..kube.ipamclaims import IpamClaimWriter
         from ..kube.status_sink import ApiStatusSink
         from ..kubelet.server import DRAPluginServer
         from ..state.store import StateDir
@@ -51,11 +52,12 @@ class Service:
         self.api = KubeApi(load_api_client(opts.kubeconfig))
         self.claims = ClaimCache(self.api)
         self.preparer = Preparer(state=self.state, claims=self.claims, driver=opts.driver, node=opts.node,
-                                 allowed_types=opts.allowed_types)
+                                 allowed_types=opts.allowed_types, ipamclaims=self.api.get_ipamclaim)
         self.grpc = DRAPluginServer(driver=opts.driver, plugins_dir=opts.plugins_dir,
                                     registry_dir=opts.registry_dir, prepare=self.preparer.prepare,
                                     unprepare=self.preparer.unprepare)
-        self.status = StatusPublisher(self.state, ApiStatusSink(self.api), opts.driver)
+        self.status = StatusPublisher(self.state, ApiStatusSink(self.api), opts.driver,
+                                      on_published=IpamClaimWriter(self.api, opts.driver).sync)
         self.slices = SlicePublisher(self.api, driver=opts.driver, node=opts.node, include=opts.nic_include or None,
                                      exclude=opts.nic_exclude or None, netns=opts.netns) \
             if opts.publish_slices else None

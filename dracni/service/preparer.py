@@ -17,12 +17,13 @@ class Preparer:
     """Serializes prepare/unprepare (kubelet may call for different pods concurrently)."""
 
     def __init__(self, *, state: StateDir, claims, driver: str, node: str,
-                 allowed_types: frozenset[str] | None = None) -> None:
+                 allowed_types: frozenset[str] | None = None, ipamclaims=None) -> None:
         self.state = state
         self.claims = claims  # anything with get(namespace, name) -> dict | None (ClaimCache)
         self.driver = driver
         self.node = node
         self.allowed_types = allowed_types
+        self.ipamclaims = ipamclaims  # (namespace, name) -> IPAMClaim dict | None
         self._lock = threading.Lock()
 
     def prepare(self, refs: list) -> dict[str, PrepareOutcome]:
@@ -37,7 +38,7 @@ class Preparer:
                 else:
                     fetched.append(claim)
             outcomes.update(prepare_claims(self.state, fetched, driver=self.driver, node=self.node,
-                                           allowed_types=self.allowed_types))
+                                           allowed_types=self.allowed_types, ipamclaims=self.ipamclaims))
         for uid, outcome in outcomes.items():
             metrics.PREPARES.labels(result="error" if outcome.error else "ok").inc()
             if outcome.error:
@@ -47,8 +48,10 @@ class Preparer:
 
     def _fetch(self, ref) -> tuple[dict | None, str | None]:
         where = f"ResourceClaim {ref.namespace}/{ref.name}"
+        prepared = self.state.read_claim(ref.uid)
+        known_pods = {p["uid"] for p in prepared["pods"]} if prepared else None
         try:
-            claim = self.claims.get(ref.namespace, ref.name)
+            claim = self.claims.get(ref.namespace, ref.name, known_pods)
         except Exception as exc:  # the API server is unreachable: kubelet retries the pod later
             return None, f"{where}: cannot read it from the API server: {exc}"
         if claim is None:

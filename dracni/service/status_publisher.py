@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 import time
+from typing import Callable
 
 from ..state.store import StateDir
 from ..status.drain import drain_outbox
@@ -44,8 +45,10 @@ class TimedSink:
 
 
 class StatusPublisher:
-    def __init__(self, state: StateDir, sink: StatusSink, driver: str) -> None:
+    def __init__(self, state: StateDir, sink: StatusSink, driver: str,
+                 on_published: Callable[[dict], None] | None = None) -> None:
         self.state = state
+        self.on_published = on_published
         self.sink = TimedSink(sink)
         self.driver = driver
         self.published = 0
@@ -72,7 +75,7 @@ class StatusPublisher:
     def _drain_once(self, backoff: float) -> float:
         """One pass over the outbox; returns the backoff before the next try (0: none needed)."""
         try:
-            report = drain_outbox(self.state, self.sink, driver=self.driver)
+            report = drain_outbox(self.state, self.sink, driver=self.driver, on_published=self.on_published)
         except Exception as exc:  # the state dir itself failed: keep the service alive, retry
             log.error("status outbox drain failed: %s", exc)
             return min(max(backoff * 2, MIN_BACKOFF), MAX_BACKOFF)

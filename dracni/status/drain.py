@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Callable
 
 from dracni.state.store import StateDir, StateError
 from dracni.status.entries import status_devices
@@ -52,8 +53,13 @@ def _pending(state: StateDir, report: DrainReport) -> list[dict]:
     return records
 
 
-def drain_outbox(state: StateDir, sink: StatusSink, *, driver: str) -> DrainReport:
-    """Publish every pending outbox record once; see the module docstring."""
+def drain_outbox(state: StateDir, sink: StatusSink, *, driver: str,
+                 on_published: Callable[[dict], None] | None = None) -> DrainReport:
+    """Publish every pending outbox record once; see the module docstring.
+
+    ``on_published(record)`` runs after a claim's status went out and before the record is
+    marked published (IPAMClaim updates); it may raise SinkError like the sink.
+    """
     report = DrainReport()
     for record in _pending(state, report):
         claim = record.get("claim") or {}
@@ -61,6 +67,8 @@ def drain_outbox(state: StateDir, sink: StatusSink, *, driver: str) -> DrainRepo
         final_error = None
         try:
             sink.apply(claim, driver, status_devices(record, driver=driver))
+            if on_published is not None:
+                on_published(record)
         except SinkError as exc:
             if exc.retryable:
                 report.failed[uid] = str(exc)

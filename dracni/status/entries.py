@@ -33,6 +33,8 @@ POOL_NAME_MAX = 253
 READY = "Ready"
 REASON_READY = "NetworkInterfaceReady"
 REASON_NOT_READY = "NetworkInterfaceNotReady"
+#: A persistent attachment whose pod is gone: the entry keeps its addresses for the next pod.
+REASON_DETACHED = "Detached"
 
 Entry = dict[str, Any]
 
@@ -286,6 +288,13 @@ def device_status_entry(fact: dict, *, driver: str) -> Entry:
             "reason": REASON_READY,
             "message": f"{if_name} configured",
         }
+    elif fact.get("detached"):
+        condition = {
+            "type": READY,
+            "status": "False",
+            "reason": REASON_DETACHED,
+            "message": f"{if_name} was removed with its pod; its addresses are kept for the next pod of this claim",
+        }
     else:
         condition = {
             "type": READY,
@@ -305,7 +314,7 @@ def device_status_entry(fact: dict, *, driver: str) -> Entry:
     network: dict[str, Any] = {}
     if if_name and len(if_name.encode("utf-8")) <= INTERFACE_NAME_MAX:
         network["interfaceName"] = if_name
-    ips = _attachment_ips(result, index)
+    ips = _attachment_ips(result, index) or _kept_ips(fact.get("keptIPs"))
     if ips:
         network["ips"] = ips
     if index is not None:
@@ -315,6 +324,16 @@ def device_status_entry(fact: dict, *, driver: str) -> Entry:
     if network:
         entry["networkData"] = network
     return entry
+
+
+def _kept_ips(values: Any) -> list[str]:
+    """A persistent attachment's addresses when there is no result (Detached, or a failed ADD)."""
+    out: list[str] = []
+    for value in values or []:
+        text = canonical_interface_address(value) if isinstance(value, str) else None
+        if text and text not in out:
+            out.append(text)
+    return out[:MAX_IPS]
 
 
 def _device_key(item: dict) -> tuple[str, str, str]:

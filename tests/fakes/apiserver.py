@@ -16,7 +16,12 @@ kube-apiserver that dracni uses (``CONTRACTS.md`` sections 3-5), with the real r
   patch (merge), delete, deletecollection; field selectors ``spec.nodeName``, ``spec.driver``,
   ``metadata.name``; validation of the spec (422).
 - ``v1`` ``nodes`` and ``namespaces``: get, list, watch (seeded by the test).
-- ``/version``, ``/api``, ``/api/v1``, ``/apis``, ``/apis/resource.k8s.io[/v1]``: discovery.
+- ``k8s.cni.cncf.io/v1alpha1`` ``ipamclaims`` (namespaced custom resource, the Network Plumbing
+  WG's IPAMClaim for sticky IPs; only with ``FakeApiServer(ipamclaims=True)``): CRUD, watch, and
+  the ``status`` subresource (``PUT``, merge patch, simple server-side apply), pruned and validated
+  like the upstream CRD (``spec/crds/ipamclaims.k8s.cni.cncf.io.yaml``), ``status.ips`` as CIDRs.
+- ``/version``, ``/api``, ``/api/v1``, ``/apis``, ``/apis/resource.k8s.io[/v1]``,
+  ``/apis/k8s.cni.cncf.io[/v1alpha1]`` (when installed): discovery.
 
 Every write bumps one global resourceVersion counter; watches replay a bounded event history
 (``history_limit``; ``compact()`` drops it) and answer a too-old resourceVersion with an ``ERROR``
@@ -35,6 +40,7 @@ from __future__ import annotations
 import bisect
 import collections
 import copy
+import ipaddress
 import json
 import os
 import re
@@ -61,6 +67,11 @@ __all__ = ["FakeApiServer", "RecordedRequest", "RequestAttributes"]
 RESOURCE_GROUP = "resource.k8s.io"
 RESOURCE_VERSION = "v1"
 RESOURCE_API_VERSION = f"{RESOURCE_GROUP}/{RESOURCE_VERSION}"
+# The Network Plumbing WG's IPAMClaim CRD (multi-network de-facto standard v1.3, "sticky IPs"),
+# served only when the fake is told the CRD is installed (``FakeApiServer(ipamclaims=True)``).
+IPAM_GROUP = "k8s.cni.cncf.io"
+IPAM_VERSION = "v1alpha1"
+IPAM_API_VERSION = f"{IPAM_GROUP}/{IPAM_VERSION}"
 KUBERNETES_VERSION = {"major": "1", "minor": "34", "gitVersion": "v1.34.0"}
 
 APPLY_PATCH = "application/apply-patch+yaml"
@@ -113,7 +124,13 @@ RESOURCES: dict[str, _Resource] = {
     "namespaces": _Resource(
         "namespaces", "Namespace", "", "v1", False, frozenset({"metadata.name", "status.phase"}),
         ("get", "list", "watch"), "namespace"),
+    # A custom resource: field selectors are metadata.name/metadata.namespace only.
+    "ipamclaims": _Resource(
+        "ipamclaims", "IPAMClaim", IPAM_GROUP, IPAM_VERSION, True,
+        frozenset({"metadata.name", "metadata.namespace"}), _CRUD, "ipamclaim"),
 }
+#: Resources with a ``status`` subresource.
+_STATUS_SUBRESOURCE = frozenset({"resourceclaims", "ipamclaims"})
 
 
 # -- public records -------------------------------------------------------------------------------
@@ -565,13 +582,13 @@ def _fields_v1_key(key: DeviceKey) -> str:
     return "k:" + json.dumps(dict(_key_fields(key)), separators=(",", ":"), sort_keys=True)
 
 
-def _print_manager(mid: ManagerId, when: str | None) -> str:
+def _print_manager(mid: ManagerId, when: str | None, api_version: str = RESOURCE_API_VERSION) -> str:
     manager, operation, subresource = mid
     text = json.dumps(manager)
     if subresource:
         text += f" with subresource {json.dumps(subresource)}"
     if operation == "Update":
-        text += f" using {RESOURCE_API_VERSION}" + (f" at {when}" if when else "")
+        text += f" using {api_version}" + (f" at {when}" if when else "")
     return text
 
 
@@ -581,6 +598,8 @@ class _Bookkeeping:
 
     managers: dict[ManagerId, dict] = field(default_factory=dict)  # mid -> {"time", "fields"}
     devices: dict[DeviceKey, dict[str, set[ManagerId]]] = field(default_factory=dict)
+    #: IPAMClaims: owners of each top-level ``status`` field (``ips``, ``ownerPod``, ``conditions``).
+    status_fields: dict[str, set[ManagerId]] = field(default_factory=dict)
 
     def touch(self, mid: ManagerId, fields: dict | None = None) -> None:
         entry = self.managers.setdefault(mid, {"time": _now(), "fields": {}})
@@ -604,9 +623,16 @@ class _Bookkeeping:
                 for mid in owners:
                     if mid not in mids:
                         mids.append(mid)
+        for owners in self.status_fields.values():
+            for mid in sorted(owners):
+                if mid not in mids:
+                    mids.append(mid)
         for mid in mids:
             info = self.managers.get(mid) or {"time": _now(), "fields": {}}
             fields = copy.deepcopy(info["fields"])
+            owned_status = sorted(f for f, owners in self.status_fields.items() if mid in owners)
+            if owned_status:
+                fields = _deep_merge(fields, {"f:status": {f"f:{f}": {} for f in owned_status}})
             owned = self.owned_devices(mid)
             if owned:
                 devices: dict[str, Any] = {}
@@ -770,7 +796,7 @@ _REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotF
 
 
 class FakeApiServer:
-    """A kube-apiserver double for ResourceClaims, ResourceSlices, Nodes and Namespaces.
+    """A kube-apiserver double for ResourceClaims, ResourceSlices, Nodes, Namespaces (and IPAMClaims).
 
     ``FakeApiServer(directory=None, token=None, other_token=None, history_limit=1000)``; use as a
     context manager or call ``start()`` and ``close()``.  ``kubeconfig_path`` points the real client
@@ -786,9 +812,25 @@ class FakeApiServer:
     ``authorizer`` (``RequestAttributes -> bool``), ``requests``/``requests_to()``/``reset_requests()``,
     ``internal_errors``, ``stop()``/``start()`` (same port, same data), ``close()``.
 
+    IPAMClaims (``k8s.cni.cncf.io/v1alpha1``, namespaced, a custom resource): served only with
+    ``FakeApiServer(ipamclaims=True)`` or after ``install_ipamclaims()`` (without the CRD the group
+    is absent from discovery and its paths answer 404, as on a cluster without OVN-Kubernetes or
+    KubeVirt's ipam-extensions).  get, list, watch, create, update, patch (merge), delete,
+    deletecollection; ``status``: ``PUT`` (resourceVersion precondition), merge patch, and
+    server-side apply with ownership of the top-level status fields (``ips``, ``ownerPod``,
+    ``conditions``; conflicts unless ``force``).  Unknown fields and nulls are pruned, create drops
+    ``status``, main-resource writes keep it, ``metadata.generation`` follows ``spec``.  Writes are
+    validated against the upstream schema (``spec.network``/``spec.interface`` required when
+    ``spec`` is set, ``status.ips`` required when ``status`` is set, ``ownerPod.name``,
+    ``metav1.Condition`` fields) plus one check the real CRD does not make: every ``status.ips``
+    entry must be a CIDR (``10.0.0.5/24``).  Helpers: ``create_ipamclaim``, ``get_ipamclaim``,
+    ``list_ipamclaims``, ``set_ipamclaim_status`` (another controller's status write),
+    ``delete_ipamclaim``, ``install_ipamclaims``/``uninstall_ipamclaims``.
+
     Not implemented (answered 400/405/415 rather than faked): JSON patch, apply outside
-    ``resourceclaims/status``, ``dryRun``; ignored: ``limit``/``continue`` (everything is returned
-    at once), ``resourceVersion``/``resourceVersionMatch`` on a list, ``sendInitialEvents``.
+    ``resourceclaims/status`` and ``ipamclaims/status``, ``dryRun``; ignored:
+    ``limit``/``continue`` (everything is returned at once), ``resourceVersion``/
+    ``resourceVersionMatch`` on a list, ``sendInitialEvents``.
     """
 
     def __init__(
@@ -803,6 +845,7 @@ class FakeApiServer:
         bookmark_interval: float | None = None,
         default_watch_timeout: float = 1800.0,
         namespaces: Iterable[str] = ("default", "kube-system"),
+        ipamclaims: bool = False,
     ) -> None:
         self._own_dir = directory is None
         self.directory = str(directory) if directory is not None else tempfile.mkdtemp(prefix="fake-apiserver-")
@@ -837,6 +880,7 @@ class FakeApiServer:
         self.port: int | None = None
         self.kubeconfig_path = os.path.join(self.directory, "kubeconfig")
         self.other_kubeconfig_path = os.path.join(self.directory, "kubeconfig-other")
+        self._ipamclaims = bool(ipamclaims)
         for namespace in namespaces:
             self.add_namespace(namespace)
 
@@ -1052,6 +1096,96 @@ class FakeApiServer:
                 self._remove("resourceslices", "", name)
             return len(victims)
 
+    # -- IPAMClaims (k8s.cni.cncf.io/v1alpha1) ----------------------------------------------------
+    @property
+    def ipamclaims_installed(self) -> bool:
+        """Whether the IPAMClaim CRD is served (discovery and ``/apis/k8s.cni.cncf.io/v1alpha1``)."""
+        return self._ipamclaims
+
+    def install_ipamclaims(self) -> None:
+        """Start serving the IPAMClaim CRD (as if ``spec/crds/ipamclaims.k8s.cni.cncf.io.yaml`` was applied)."""
+        with self._lock:
+            self._ipamclaims = True
+
+    def uninstall_ipamclaims(self) -> int:
+        """Stop serving the CRD; its objects go away (DELETED events), as when a CRD is deleted."""
+        with self._lock:
+            self._ipamclaims = False
+            victims = [(ns, name) for (r, ns, name) in sorted(self._objects) if r == "ipamclaims"]
+            for namespace, name in victims:
+                self._remove("ipamclaims", namespace, name)
+            return len(victims)
+
+    def create_ipamclaim(self, namespace: str, name: str, network: str, interface: str | None = None,
+                         ips: list[str] | None = None, *, owner_pod: str | None = None,
+                         conditions: list[dict] | None = None, labels: dict | None = None,
+                         owner_references: list[dict] | None = None,
+                         manager: str = "virt-controller") -> dict:
+        """Store an IPAMClaim as KubeVirt creates one; creates its namespace; ADDED event.
+
+        ``ips``/``owner_pod``/``conditions`` pre-fill ``status`` (as if the IPAM plugin had already
+        written it) in the same event.  Validated like an API write (``ApiStatusError`` 422), except
+        that ``interface=None`` leaves ``spec.interface`` out, which the upstream CRD would reject.
+        Needs the CRD installed (``ipamclaims=True``/``install_ipamclaims()``).
+        """
+        if not self._ipamclaims:
+            raise RuntimeError("the IPAMClaim CRD is not installed: FakeApiServer(ipamclaims=True) "
+                               "or install_ipamclaims()")
+        res = RESOURCES["ipamclaims"]
+        spec: dict[str, Any] = {"network": network}
+        if interface is not None:
+            spec["interface"] = interface
+        meta: dict[str, Any] = {"name": name, "namespace": namespace}
+        if labels:
+            meta["labels"] = dict(labels)
+        if owner_references:
+            meta["ownerReferences"] = copy.deepcopy(owner_references)
+        obj: dict[str, Any] = {"apiVersion": IPAM_API_VERSION, "kind": res.kind, "metadata": meta, "spec": spec}
+        status: dict[str, Any] = {}
+        if ips is not None or owner_pod is not None or conditions is not None:
+            status["ips"] = list(ips or [])
+        if owner_pod is not None:
+            status["ownerPod"] = {"name": owner_pod}
+        if conditions is not None:
+            status["conditions"] = copy.deepcopy(conditions)
+        if status:
+            obj["status"] = status
+        obj = _ipam_prune(obj)
+        errs = _dns_subdomain_errors("metadata.name", name) if name else [_fe_required("metadata.name")]
+        errs += _validate_ipamclaim(obj, require_interface=interface is not None)
+        if errs:
+            raise _invalid(res, name, errs)
+        with self._lock:
+            self.add_namespace(namespace)
+            key = ("ipamclaims", namespace, name)
+            if key in self._objects:
+                raise _already_exists(res, name)
+            book = self._books.setdefault(key, _Bookkeeping())
+            book.status_fields = {f: {(manager, "Update", "status")} for f in status}
+            return self._create_object(res, namespace, obj, (manager, "Update", ""))
+
+    def get_ipamclaim(self, namespace: str, name: str) -> dict | None:
+        return self._get_copy("ipamclaims", namespace, name)
+
+    def list_ipamclaims(self, namespace: str | None = None) -> list[dict]:
+        with self._lock:
+            return [copy.deepcopy(o) for (r, ns, _), o in sorted(self._objects.items())
+                    if r == "ipamclaims" and (namespace is None or ns == namespace)]
+
+    def set_ipamclaim_status(self, namespace: str, name: str, status: dict | None, *,
+                             manager: str = "ovnkube-controller") -> dict:
+        """Replace ``status`` as another controller's status ``PUT`` would (validated; MODIFIED event
+        unless nothing changed); ``None`` clears it."""
+        with self._lock:
+            current = self._ipamclaim(namespace, name)
+            return self._ipam_status_update(namespace, name, current, copy.deepcopy(status or {}),
+                                            (manager, "Update", "status"))
+
+    def delete_ipamclaim(self, namespace: str, name: str) -> dict | None:
+        """Remove an IPAMClaim now (finalizers ignored); DELETED event.  None when it was not there."""
+        with self._lock:
+            return self._remove("ipamclaims", namespace, name)
+
     def compact(self) -> str:
         """Forget the event history: a watch from any older resourceVersion gets 410 Expired."""
         with self._cond:
@@ -1144,7 +1278,7 @@ class FakeApiServer:
         for transient in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields",
                           "selfLink"):
             meta.pop(transient, None)
-        if res.plural in ("resourceclaims", "resourceslices"):
+        if res.plural in ("resourceclaims", "resourceslices", "ipamclaims"):
             meta["generation"] = 1
         book = self._books.setdefault((res.plural, namespace, name), _Bookkeeping())
         touched = {f"f:{k}": {} for k in obj if k not in ("apiVersion", "kind", "metadata", "status")}
@@ -1264,11 +1398,14 @@ class FakeApiServer:
         elif segments[:3] == ["apis", RESOURCE_GROUP, RESOURCE_VERSION]:
             rest = segments[3:]
             group = RESOURCE_GROUP
+        elif segments[:3] == ["apis", IPAM_GROUP, IPAM_VERSION] and self._ipamclaims:
+            rest = segments[3:]
+            group = IPAM_GROUP
         else:
             raise _path_not_found()
 
         namespace = ""
-        if group == RESOURCE_GROUP and len(rest) >= 3 and rest[0] == "namespaces":
+        if group and len(rest) >= 3 and rest[0] == "namespaces":
             namespace, rest = rest[1], rest[2:]
         elif group == "" and rest[:1] == ["namespaces"] and len(rest) >= 3:
             raise _path_not_found()  # no namespaced core resources here
@@ -1281,7 +1418,7 @@ class FakeApiServer:
             raise _path_not_found()
         name = rest[1] if len(rest) >= 2 else ""
         subresource = rest[2] if len(rest) >= 3 else ""
-        if len(rest) > 3 or (subresource and (res.plural != "resourceclaims" or subresource != "status")):
+        if len(rest) > 3 or (subresource and (res.plural not in _STATUS_SUBRESOURCE or subresource != "status")):
             raise _path_not_found()
 
         body = record.body
@@ -1326,6 +1463,8 @@ class FakeApiServer:
             raise _invalid_options("PatchOptions" if method == "PATCH" else "UpdateOptions",
                                    "fieldManager: Too long: may not be more than 128 bytes")
         if method == "PUT":
+            if subresource == "status" and res.plural == "ipamclaims":
+                return 200, self._ipam_put_status(namespace, name, body, (manager_name, "Update", "status"))
             if subresource == "status":
                 return 200, self._update_claim_status(namespace, name, body, (manager_name, "Update", "status"))
             return 200, self._http_update(res, namespace, name, body, (manager_name, "Update", ""))
@@ -1335,17 +1474,28 @@ class FakeApiServer:
         if content_type == APPLY_PATCH:
             if not query.get("fieldManager"):
                 raise _invalid_options("PatchOptions", "fieldManager: Required value: is required for apply patch")
-            if res.plural != "resourceclaims" or subresource != "status":
-                raise ApiStatusError(415, "UnsupportedMediaType",
-                                     "the fake API server implements apply only for resourceclaims/status")
+            if res.plural not in _STATUS_SUBRESOURCE or subresource != "status":
+                raise ApiStatusError(415, "UnsupportedMediaType", "the fake API server implements apply only "
+                                     "for resourceclaims/status and ipamclaims/status")
             force = query.get("force") in ("true", "1")
+            if res.plural == "ipamclaims":
+                return 200, self._ipam_apply_status(namespace, name, body, query["fieldManager"], force)
             return 200, self._apply_claim_status(namespace, name, body, query["fieldManager"], force)
         if "force" in query:
             raise _invalid_options("PatchOptions", "force: Forbidden: may not be specified for non-apply patch")
+        if res.plural == "ipamclaims" and content_type == STRATEGIC_MERGE_PATCH:
+            # Custom resources have no strategic merge patch (the client sends one when asked for a
+            # JSON patch with a non-list body).
+            raise ApiStatusError(
+                415, "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - accepted media types include: "
+                f"{JSON_PATCH}, {MERGE_PATCH}, {APPLY_PATCH}")
         if content_type in (MERGE_PATCH, STRATEGIC_MERGE_PATCH):
             strategic = content_type == STRATEGIC_MERGE_PATCH
             if not isinstance(body, dict):
                 raise _bad_request("the body of the patch must be a JSON object")
+            if subresource == "status" and res.plural == "ipamclaims":
+                return 200, self._ipam_patch_status(namespace, name, body, (manager_name, "Update", "status"))
             if subresource == "status":
                 return 200, self._patch_claim_status(namespace, name, body, strategic,
                                                      (manager_name, "Update", "status"))
@@ -1366,10 +1516,17 @@ class FakeApiServer:
                     "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{self.port}"}]}
         group_version = {"groupVersion": RESOURCE_API_VERSION, "version": RESOURCE_VERSION}
         group = {"name": RESOURCE_GROUP, "versions": [group_version], "preferredVersion": group_version}
+        ipam_version = {"groupVersion": IPAM_API_VERSION, "version": IPAM_VERSION}
+        ipam_group = {"name": IPAM_GROUP, "versions": [ipam_version], "preferredVersion": ipam_version}
         if segments == ["apis"]:
-            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group]}
+            groups = [group, ipam_group] if self._ipamclaims else [group]
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
         if segments == ["apis", RESOURCE_GROUP]:
             return {"kind": "APIGroup", "apiVersion": "v1", **group}
+        if self._ipamclaims and segments == ["apis", IPAM_GROUP]:
+            return {"kind": "APIGroup", "apiVersion": "v1", **ipam_group}
+        if self._ipamclaims and segments == ["apis", IPAM_GROUP, IPAM_VERSION]:
+            return self._resource_list(IPAM_API_VERSION, ["ipamclaims"])
         if segments == ["api", "v1"]:
             return self._resource_list("v1", ["nodes", "namespaces"])
         if segments == ["apis", RESOURCE_GROUP, RESOURCE_VERSION]:
@@ -1383,8 +1540,8 @@ class FakeApiServer:
             res = RESOURCES[plural]
             resources.append({"name": plural, "singularName": res.singular, "namespaced": res.namespaced,
                               "kind": res.kind, "verbs": list(res.verbs)})
-            if plural == "resourceclaims":
-                resources.append({"name": "resourceclaims/status", "singularName": "", "namespaced": True,
+            if plural in _STATUS_SUBRESOURCE:
+                resources.append({"name": f"{plural}/status", "singularName": "", "namespaced": True,
                                   "kind": res.kind, "verbs": ["get", "patch", "update"]})
         return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
 
@@ -1506,6 +1663,12 @@ class FakeApiServer:
                 raise _invalid(res, name, errs)
         if res.plural == "resourceclaims":
             obj.pop("status", None)  # PrepareForCreate clears the status
+        if res.plural == "ipamclaims":
+            obj = _ipam_prune(obj)
+            obj.pop("status", None)  # a CRD with a status subresource: create drops status
+            errs = _validate_ipamclaim(obj)
+            if errs:
+                raise _invalid(res, name, errs)
         if res.plural == "resourceslices":
             errs = _validate_slice(obj)
             if errs:
@@ -1561,6 +1724,12 @@ class FakeApiServer:
             errs.append(_fe_invalid("spec", "<value omitted>", "field is immutable"))
         if res.plural == "resourceslices":
             errs.extend(_validate_slice(new, current))
+            if not _json_equal(new.get("spec"), current.get("spec")):
+                new_meta["generation"] = int(cur_meta.get("generation") or 1) + 1
+        if res.plural == "ipamclaims":
+            new = _ipam_prune(new)
+            new_meta = new["metadata"]
+            errs.extend(_validate_ipamclaim({k: v for k, v in new.items() if k != "status"}))
             if not _json_equal(new.get("spec"), current.get("spec")):
                 new_meta["generation"] = int(cur_meta.get("generation") or 1) + 1
         if errs:
@@ -1620,6 +1789,142 @@ class FakeApiServer:
                     deleted.append(item)
             return {"kind": f"{res.kind}List", "apiVersion": res.api_version,
                     "metadata": {"resourceVersion": str(self._rv)}, "items": deleted}
+
+    # -- IPAMClaim status ---------------------------------------------------------------------------
+    def _ipamclaim(self, namespace: str, name: str) -> dict:
+        obj = self._objects.get(("ipamclaims", namespace, name))
+        if obj is None:
+            raise _not_found(RESOURCES["ipamclaims"], name)
+        return obj
+
+    def _ipam_put_status(self, namespace: str, name: str, body: Any, mid: ManagerId) -> dict:
+        """``PUT .../ipamclaims/{name}/status``: the body's ``status`` replaces the stored one (absent
+        clears it); metadata and spec changes in the body are ignored; resourceVersion precondition."""
+        res = RESOURCES["ipamclaims"]
+        obj = _require_object(body, res)
+        meta = obj.get("metadata") or {}
+        if meta.get("name") and meta["name"] != name:
+            raise _bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL ({name})")
+        if meta.get("namespace") and meta["namespace"] != namespace:
+            raise _bad_request("the namespace of the provided object does not match the namespace sent on the request")
+        with self._lock:
+            current = self._ipamclaim(namespace, name)
+            self._check_preconditions(res, name, current, meta)
+            status = obj.get("status")
+            return self._ipam_status_update(namespace, name, current,
+                                            copy.deepcopy(status) if isinstance(status, dict) else status, mid)
+
+    def _ipam_patch_status(self, namespace: str, name: str, patch: dict, mid: ManagerId) -> dict:
+        """Merge patch on ``.../status``: applied to the whole object, only ``status`` is kept."""
+        res = RESOURCES["ipamclaims"]
+        with self._lock:
+            current = self._ipamclaim(namespace, name)
+            self._check_preconditions(res, name, current, patch.get("metadata") or {})
+            merged = _merge_patch(current, patch)
+            return self._ipam_status_update(namespace, name, current, merged.get("status"), mid)
+
+    def _ipam_status_update(self, namespace: str, name: str, current: dict, status: Any, mid: ManagerId) -> dict:
+        """An Update operation on the status: ``mid`` owns the top-level fields it changed."""
+        if status is None:
+            status = {}
+        if not isinstance(status, dict):
+            raise _invalid(RESOURCES["ipamclaims"], name, [_ipam_type_error("status", status, "object")])
+        status = _ipam_prune_status(status)
+        old = current.get("status") or {}
+        book = copy.deepcopy(self._books.get(("ipamclaims", namespace, name)) or _Bookkeeping())
+        for fname in set(old) | set(status):
+            if fname not in status:
+                book.status_fields.pop(fname, None)
+            elif fname not in old or not _json_equal(old[fname], status[fname]):
+                book.status_fields[fname] = {mid}
+        book.touch(mid)
+        return self._ipam_commit_status(namespace, name, current, status, book)
+
+    def _ipam_commit_status(self, namespace: str, name: str, current: dict, status: dict,
+                            book: _Bookkeeping) -> dict:
+        res = RESOURCES["ipamclaims"]
+        errs = _validate_ipamclaim({"status": status}) if status else []
+        if errs:
+            raise _invalid(res, name, errs)
+        for mid in [m for m in book.managers if m[2] == "status"]:
+            if not any(mid in owners for owners in book.status_fields.values()) and not book.managers[mid]["fields"]:
+                book.managers.pop(mid, None)
+        key = ("ipamclaims", namespace, name)
+        old_book = self._books.get(key) or _Bookkeeping()
+        if _json_equal(status, current.get("status") or {}) and _json_equal(
+                _strip_times(old_book.render(res.api_version)), _strip_times(book.render(res.api_version))):
+            return copy.deepcopy(current)  # a no-op write: no new resourceVersion, no event
+        new = copy.deepcopy(current)
+        if status:
+            new["status"] = status
+        else:
+            new.pop("status", None)
+        self._books[key] = book
+        return self._store(res, namespace, name, new, "MODIFIED", current)
+
+    def _ipam_apply_status(self, namespace: str, name: str, body: Any, manager: str, force: bool) -> dict:
+        """Server-side apply on ``ipamclaims/{name}/status``, kept simple: each top-level status field
+        in the body (``ips``, ``ownerPod``, ``conditions``) replaces the stored one and is owned by
+        ``manager``; changing a field another manager owns is a 409 conflict unless ``force``; a
+        field the manager applied before and omits now is released, and removed if nobody owns it."""
+        res = RESOURCES["ipamclaims"]
+        if not isinstance(body, dict):
+            raise _bad_request("error decoding patch: the applied configuration must be an object")
+        api_version, kind = body.get("apiVersion"), body.get("kind")
+        if not api_version or not kind:
+            raise _bad_request(f"invalid object type: {api_version or ''}, Kind={kind or ''}")
+        if api_version != IPAM_API_VERSION:
+            raise _bad_request(f"the API version in the data ({api_version}) does not match the expected API version "
+                               f"({IPAM_API_VERSION})")
+        if kind != res.kind:
+            raise _bad_request(f"the kind in the data ({kind}) does not match the expected kind ({res.kind})")
+        meta = body.get("metadata") or {}
+        if meta.get("name") and meta["name"] != name:
+            raise _bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL ({name})")
+        status = body.get("status")
+        if status is None:
+            status = {}
+        if not isinstance(status, dict):
+            raise _bad_request(".status: expected map, got " + type(status).__name__)
+        applied = _ipam_prune_status(status)
+        mid: ManagerId = (manager, "Apply", "status")
+        with self._lock:
+            current = self._ipamclaim(namespace, name)
+            self._check_preconditions(res, name, current, meta)
+            old_book = self._books.get(("ipamclaims", namespace, name)) or _Bookkeeping()
+            book = copy.deepcopy(old_book)
+            new_status = copy.deepcopy(current.get("status") or {})
+            conflicts = []
+            for fname, value in applied.items():
+                if fname in new_status and not _json_equal(new_status[fname], value):
+                    for other in sorted(book.status_fields.get(fname, set()) - {mid}):
+                        conflicts.append((other, fname))
+            if conflicts and not force:
+                def who(other: ManagerId) -> str:
+                    return _print_manager(other, (book.managers.get(other) or {}).get("time"), IPAM_API_VERSION)
+                causes = [{"reason": "FieldManagerConflict", "message": f"conflict with {who(o)}",
+                           "field": f".status.{f}"} for o, f in conflicts]
+                if len(conflicts) == 1:
+                    other, fname = conflicts[0]
+                    message = f"Apply failed with 1 conflict: conflict with {who(other)}: .status.{fname}"
+                else:
+                    message = f"Apply failed with {len(conflicts)} conflicts: " + "\n".join(
+                        f"conflict with {who(o)}: .status.{f}" for o, f in conflicts)
+                raise ApiStatusError(409, "Conflict", message, {"causes": causes})
+            for fname, owners in list(book.status_fields.items()):
+                if mid in owners and fname not in applied:
+                    owners.discard(mid)
+                    if not owners:
+                        del book.status_fields[fname]
+                        new_status.pop(fname, None)
+            for fname, value in applied.items():
+                owners = book.status_fields.setdefault(fname, set())
+                if fname not in new_status or not _json_equal(new_status[fname], value):
+                    owners.clear()  # a forced (or uncontested) change takes the field over
+                owners.add(mid)
+                new_status[fname] = copy.deepcopy(value)
+            book.touch(mid)
+            return self._ipam_commit_status(namespace, name, current, new_status, book)
 
     # -- ResourceClaim status -----------------------------------------------------------------
     def _claim(self, namespace: str, name: str) -> dict:
@@ -2093,4 +2398,179 @@ def _attribute_errors(path: str, attribute: Any) -> list[str]:
         errs.append(_fe_required(path, "exactly one value must be specified"))
     elif len(present) > 1:
         errs.append(_fe_invalid(path, attribute, "exactly one value must be specified"))
+    return errs
+
+
+# -- IPAMClaim schema (k8snetworkplumbingwg/ipamclaims v1alpha1) --------------------------------------
+# The structural schema of spec/crds/ipamclaims.k8s.cni.cncf.io.yaml: what is kept when pruning.
+_IPAM_SPEC_FIELDS = ("network", "interface")
+_IPAM_STATUS_FIELDS = ("ips", "ownerPod", "conditions")
+_CONDITION_FIELDS = ("type", "status", "observedGeneration", "lastTransitionTime", "reason", "message")
+_CONDITION_TYPE = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                             r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$")
+_CONDITION_REASON = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+
+
+def _go_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "null"
+
+
+def _ipam_type_error(path: str, value: Any, expected: str) -> str:
+    """The OpenAPI validator's wording: ``spec.network: Invalid value: "integer": spec.network in
+    body must be of type string: "integer"``."""
+    got = _go_type(value)
+    return _fe_invalid(path, got, f"{path} in body must be of type {expected}: {json.dumps(got)}")
+
+
+def _prune_fields(value: Any, fields: tuple[str, ...]) -> Any:
+    """Drop unknown fields and nulls of an object (non-objects are left for validation to reject)."""
+    if not isinstance(value, dict):
+        return value
+    return {k: v for k, v in value.items() if k in fields and v is not None}
+
+
+def _ipam_prune_status(status: dict) -> dict:
+    status = _prune_fields(status, _IPAM_STATUS_FIELDS)
+    if isinstance(status.get("ownerPod"), dict):
+        status["ownerPod"] = _prune_fields(status["ownerPod"], ("name",))
+    if isinstance(status.get("conditions"), list):
+        status["conditions"] = [_prune_fields(c, _CONDITION_FIELDS) for c in status["conditions"]]
+    return status
+
+
+def _ipam_prune(obj: dict) -> dict:
+    """What the API server does to a custom resource before validation: unknown fields and nulls of
+    non-nullable fields are pruned (``metadata`` is ObjectMeta, left alone here)."""
+    out = {k: v for k, v in obj.items() if k in ("apiVersion", "kind", "metadata", "spec", "status") and v is not None}
+    if "spec" in out:
+        out["spec"] = _prune_fields(out["spec"], _IPAM_SPEC_FIELDS)
+    if isinstance(out.get("status"), dict):
+        out["status"] = _ipam_prune_status(out["status"])
+    return out
+
+
+def _is_cidr(value: str) -> bool:
+    if "/" not in value:
+        return False
+    try:
+        ipaddress.ip_interface(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _validate_condition(path: str, condition: Any) -> list[str]:
+    """``metav1.Condition`` as the CRD schema generated from it validates it."""
+    if not isinstance(condition, dict):
+        return [_ipam_type_error(path, condition, "object")]
+    errs: list[str] = []
+    for required in ("lastTransitionTime", "message", "reason", "status", "type"):
+        if required not in condition:
+            errs.append(_fe_required(f"{path}.{required}"))
+    for fname in ("lastTransitionTime", "message", "reason", "status", "type"):
+        if fname in condition and not isinstance(condition[fname], str):
+            errs.append(_ipam_type_error(f"{path}.{fname}", condition[fname], "string"))
+    ctype = condition.get("type")
+    if isinstance(ctype, str):
+        if len(ctype) > 316:
+            errs.append(_fe_too_long(f"{path}.type", 316))
+        if not _CONDITION_TYPE.match(ctype):
+            errs.append(_fe_invalid(f"{path}.type", ctype, f"{path}.type in body should match "
+                                    f"'{_CONDITION_TYPE.pattern}'"))
+    cstatus = condition.get("status")
+    if isinstance(cstatus, str) and cstatus not in ("True", "False", "Unknown"):
+        errs.append(f'{path}.status: Unsupported value: {json.dumps(cstatus)}: supported values: '
+                    f'"True", "False", "Unknown"')
+    reason = condition.get("reason")
+    if isinstance(reason, str):
+        if len(reason) > 1024:
+            errs.append(_fe_too_long(f"{path}.reason", 1024))
+        if not reason:
+            errs.append(_fe_invalid(f"{path}.reason", reason, f"{path}.reason in body should be at least 1 chars long"))
+        elif not _CONDITION_REASON.match(reason):
+            errs.append(_fe_invalid(f"{path}.reason", reason, f"{path}.reason in body should match "
+                                    f"'{_CONDITION_REASON.pattern}'"))
+    message = condition.get("message")
+    if isinstance(message, str) and len(message) > 32768:
+        errs.append(_fe_too_long(f"{path}.message", 32768))
+    moment = condition.get("lastTransitionTime")
+    if isinstance(moment, str) and parse_rfc3339(moment) is None:
+        errs.append(_fe_invalid(f"{path}.lastTransitionTime", moment,
+                                f"{path}.lastTransitionTime in body must be of type date-time: {json.dumps(moment)}"))
+    generation = condition.get("observedGeneration")
+    if generation is not None:
+        if not isinstance(generation, int) or isinstance(generation, bool):
+            errs.append(_ipam_type_error(f"{path}.observedGeneration", generation, "integer"))
+        elif generation < 0:
+            errs.append(_fe_invalid(f"{path}.observedGeneration", generation,
+                                    f"{path}.observedGeneration in body should be greater than or equal to 0"))
+    return errs
+
+
+def _validate_ipamclaim(obj: dict, require_interface: bool = True) -> list[str]:
+    """The upstream CRD schema (after pruning): ``spec`` is optional, but when set both
+    ``spec.network`` and ``spec.interface`` are required strings; ``status`` is optional, but when
+    set ``status.ips`` is a required list of strings, ``status.ownerPod`` (optional) needs a
+    ``name``, and ``status.conditions`` are ``metav1.Condition``s.
+
+    Stricter than upstream (whose ``ips`` items are plain strings): every ``status.ips`` entry must
+    be a CIDR, an address with a prefix length (``10.0.0.5/24``, ``fd00::5/64``), which is what
+    OVN-Kubernetes writes and what dracni must write too."""
+    errs: list[str] = []
+    if "spec" in obj:
+        spec = obj["spec"]
+        if not isinstance(spec, dict):
+            errs.append(_ipam_type_error("spec", spec, "object"))
+        else:
+            for fname in _IPAM_SPEC_FIELDS:
+                if fname not in spec:
+                    if fname == "network" or require_interface:
+                        errs.append(_fe_required(f"spec.{fname}"))
+                elif not isinstance(spec[fname], str):
+                    errs.append(_ipam_type_error(f"spec.{fname}", spec[fname], "string"))
+    if "status" in obj:
+        status = obj["status"]
+        if not isinstance(status, dict):
+            return errs + [_ipam_type_error("status", status, "object")]
+        if "ips" not in status:
+            errs.append(_fe_required("status.ips"))
+        else:
+            ips = status["ips"]
+            if not isinstance(ips, list):
+                errs.append(_ipam_type_error("status.ips", ips, "array"))
+            else:
+                for index, ip in enumerate(ips):
+                    path = f"status.ips[{index}]"
+                    if not isinstance(ip, str):
+                        errs.append(_ipam_type_error(path, ip, "string"))
+                    elif not _is_cidr(ip):
+                        errs.append(_fe_invalid(path, ip, "must be a CIDR: an IP address with a prefix length "
+                                                          "(e.g. 10.0.0.5/24 or fd00::5/64)"))
+        if "ownerPod" in status:
+            owner = status["ownerPod"]
+            if not isinstance(owner, dict):
+                errs.append(_ipam_type_error("status.ownerPod", owner, "object"))
+            elif "name" not in owner:
+                errs.append(_fe_required("status.ownerPod.name"))
+            elif not isinstance(owner["name"], str):
+                errs.append(_ipam_type_error("status.ownerPod.name", owner["name"], "string"))
+        if "conditions" in status:
+            conditions = status["conditions"]
+            if not isinstance(conditions, list):
+                errs.append(_ipam_type_error("status.conditions", conditions, "array"))
+            else:
+                for index, condition in enumerate(conditions):
+                    errs.extend(_validate_condition(f"status.conditions[{index}]", condition))
     return errs

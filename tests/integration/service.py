@@ -106,12 +106,13 @@ def macvlan_params(lab: Lab, *, subnet: str = "10.10.1.0/24", master: str = "eth
 
 
 def create_allocated_claim(api: FakeApiServer, name: str, pod_uid: str, params: dict, *, device: str = "eth1",
-                           namespace: str = "default", pod_name: str = "demo") -> dict:
+                           namespace: str = "default", pod_name: str = "demo",
+                           annotations: dict | None = None) -> dict:
     """A claim as a user writes it, then allocated and reserved as the scheduler does."""
     opaque = {"driver": DRIVER, "parameters": params}
     api.create_claim({
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace, **({"annotations": annotations} if annotations else {})},
         "spec": {"devices": {"requests": [{"name": "net", "exactly": {"deviceClassName": DRIVER}}],
                              "config": [{"requests": ["net"], "opaque": opaque}]}},
     })

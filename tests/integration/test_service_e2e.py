@@ -12,7 +12,7 @@ from tests.integration.service import (DRIVER, NODE, FakeApiServer, FakeKubelet,
 
 @pytest.fixture
 def api(tmp_path):
-    server = FakeApiServer(tmp_path / "apiserver").start()
+    server = FakeApiServer(tmp_path / "apiserver", ipamclaims=True).start()
     server.add_node(NODE)
     try:
         yield server

@@ -109,8 +109,10 @@ def test_claim_cache_follows_the_watch_and_relists_after_410(fake, api):
             time.sleep(0.01)
         assert len(cache) == 1
         misses = cache.misses
-        assert cache.get("default", "c1")["status"]["allocation"]
-        assert cache.misses == misses  # served from the watch, no GET
+        assert cache.get("default", "c1", known_pods={"pod-uid-1"})["status"]["allocation"]
+        assert cache.misses == misses and cache.hits == 1  # a replay: served from the watch, no GET
+        assert cache.get("default", "c1")["status"]["allocation"]  # a first prepare reads the API
+        assert cache.misses == misses + 1
         fake.compact()
         make_claim(fake, "c2")
         deadline = time.monotonic() + 5
@@ -185,3 +187,19 @@ def test_preparer_checks_uid_pool_and_allocation(fake, api, tmp_path):
     assert [c["uid"] for c in state.list_claims()] == [good["metadata"]["uid"]]
     assert preparer.unprepare([ref(good), stale]) == {good["metadata"]["uid"]: None, "0000-old-uid": None}
     assert state.list_claims() == []
+
+
+def test_first_prepare_never_trusts_a_stale_cached_reservation(fake, api, tmp_path):
+    """The watch may lag the scheduler: a claim re-reserved for a new pod must be prepared for
+    that pod, or the CNI plugin would not find the new pod's claims."""
+    state = StateDir(str(tmp_path / "state"))
+    cache = ClaimCache(api)
+    claim = make_claim(fake, "reused")  # reserved for pod-uid-1
+    cache._relist()  # the cache now holds that version; no watch runs after this
+    fake.set_claim_allocation("default", "reused", claim["status"]["allocation"],
+                              [{"resource": "pods", "name": "next", "uid": "pod-uid-2"}])
+    preparer = Preparer(state=state, claims=cache, driver=DRIVER, node=NODE)
+
+    assert preparer.prepare([ref(claim)])[claim["metadata"]["uid"]].error is None
+    assert state.pod_claim_uids("pod-uid-2", None, None) == [claim["metadata"]["uid"]]
+    assert state.pod_claim_uids("pod-uid-1", None, None) == []

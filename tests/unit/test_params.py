@@ -44,7 +44,8 @@ def test_schema_file_is_valid_2020_12() -> None:
 
 def test_cni_dra_driver_form() -> None:
     result = validate_parameters(cni_form())
-    assert result == {"ifName": "net1", "config": CONFLIST, "runtimeConfig": {}, "capabilities": {}}
+    assert result == {"ifName": "net1", "config": CONFLIST, "runtimeConfig": {}, "capabilities": {},
+                      "persistentIPs": False, "ipamClaim": None}
 
 
 def test_dracni_form_with_everything() -> None:

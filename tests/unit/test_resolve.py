@@ -83,6 +83,8 @@ def test_record_shape_matches_state_schema() -> None:
             "config": {"name": "macvlan", "plugins": [{"type": "macvlan"}]},
             "runtimeConfig": {},
             "capabilities": {},
+            "persistentIPs": False,
+            "ipamClaim": None,
         }
     ]
 
