@@ -146,7 +146,8 @@ def test_ipam_handing_out_another_address_is_refused(lab, api, service, kubelet)
     debug.write_text(json.dumps({"ReportResult": json.dumps(result)}))
     api.create_ipamclaim("default", "vm-c.net1", network="noops", ips=["10.10.1.5/24"])
     params = {"apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachment", "ipamClaim": "vm-c.net1",
-              "config": {"cniVersion": "1.0.0", "name": "noops", "plugins": [{"type": "noop", "debugFile": str(debug)}]}}
+              "config": {"cniVersion": "1.0.0", "name": "noops", "plugins": [{"type": "noop", "debugFile": str(debug),
+                                                                  "capabilities": {"ips": True}}]}}
     claim = create_allocated_claim(api, "vm-c", new_pod_uid(), params)
     uid = new_pod_uid()
     claim = reserve_for(api, claim, uid, "pod-c")
@@ -158,7 +159,9 @@ def test_ipam_handing_out_another_address_is_refused(lab, api, service, kubelet)
     assert proc.returncode != 0
     assert b"IPAM returned 10.10.1.77/24 but IPAMClaim vm-c.net1 keeps 10.10.1.5/24" in proc.stderr
     received = json.loads(__import__("base64").b64decode(json.loads(debug.read_text())["CmdArgs"]["StdinData"]))
-    assert received["args"]["cni"]["ips"] == ["10.10.1.5/24"]  # it was asked, through args.cni.ips
+    # It was asked, through args.cni.ips and (declaring the capability) runtimeConfig.ips.
+    assert received["args"]["cni"]["ips"] == ["10.10.1.5/24"]
+    assert received["runtimeConfig"] == {"ips": ["10.10.1.5/24"]}
     lab.cnitool("del", pod, pod_uid=uid, pod_name="pod-c")
 
 
