@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent import futures
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import grpc
 
@@ -41,9 +41,6 @@ from dracni.kubelet.proto import (
     registration_pb2,
     registration_pb2_grpc,
 )
-
-if TYPE_CHECKING:
-    from dracni.claims.prepare import PrepareOutcome
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from ..atomicfile import fsync_dir, write_atomic
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~7 ms to import; annotations are strings (PEP 563)
-    from typing import Any, Callable
+    from typing import Callable
 
 SCHEMA_VERSION = 1
 DIR_MODE = 0o700

@@ -15,9 +15,12 @@ from __future__ import annotations
 import ipaddress
 import re
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable
+from typing import Any
 
 import orjson
+
+from .fielderrors import (duplicate as _duplicate, invalid as _invalid, not_supported as _not_supported,
+                          quote as _quote, required as _required, too_long as _too_long, too_many as _too_many)
 
 # -- API limits (k8s.io/kubernetes/pkg/apis/resource, apimachinery metav1 validation) ----
 DATA_MAX_BYTES = 10 * 1024  # AllocatedDeviceStatusDataMaxLength
@@ -359,41 +362,6 @@ def status_devices(outbox: dict, *, driver: str) -> list[Entry]:
 
 
 # -- validation (k8s.io/kubernetes/pkg/apis/resource/validation, validateDeviceStatus) -----
-def _quote(value: Any) -> str:
-    """Go's ``%q`` for strings, near enough; other values as JSON."""
-    if isinstance(value, str):
-        return orjson.dumps(value).decode()
-    try:
-        return orjson.dumps(value).decode()
-    except (orjson.JSONEncodeError, TypeError):
-        return repr(value)
-
-
-def _invalid(path: str, value: Any, detail: str) -> str:
-    return f"{path}: Invalid value: {_quote(value)}: {detail}"
-
-
-def _required(path: str, detail: str = "") -> str:
-    return f"{path}: Required value" + (f": {detail}" if detail else "")
-
-
-def _duplicate(path: str, value: Any) -> str:
-    return f"{path}: Duplicate value: {_quote(value)}"
-
-
-def _too_long(path: str, limit: int) -> str:
-    return f"{path}: Too long: may not be more than {limit} bytes"
-
-
-def _too_many(path: str, actual: int, limit: int) -> str:
-    return f"{path}: Too many: {actual}: must have at most {limit} items"
-
-
-def _not_supported(path: str, value: Any, supported: Iterable[str]) -> str:
-    values = ", ".join(_quote(v) for v in supported)
-    return f"{path}: Unsupported value: {_quote(value)}: supported values: {values}"
-
-
 def _blen(value: str) -> int:
     return len(value.encode("utf-8"))
 

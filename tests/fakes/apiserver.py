@@ -61,6 +61,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import yaml
 
 from dracni.status.entries import format_rfc3339, parse_rfc3339, validate_status_devices
+from dracni.status.fielderrors import (duplicate as _fe_duplicate, forbidden as _fe_forbidden, invalid as _fe_invalid,
+                                        required as _fe_required, too_long as _fe_too_long,
+                                        too_many as _fe_too_many)
 
 __all__ = ["FakeApiServer", "RecordedRequest", "RequestAttributes"]
 
@@ -273,37 +276,6 @@ def _invalid(res: _Resource, name: str, errors: list[str]) -> ApiStatusError:
 # -- small helpers ---------------------------------------------------------------------------------
 def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _quote(value: Any) -> str:
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-def _fe_invalid(path: str, value: Any, detail: str) -> str:
-    return f"{path}: Invalid value: {_quote(value)}: {detail}"
-
-
-def _fe_required(path: str, detail: str = "") -> str:
-    return f"{path}: Required value" + (f": {detail}" if detail else "")
-
-
-def _fe_too_long(path: str, limit: int) -> str:
-    return f"{path}: Too long: may not be more than {limit} bytes"
-
-
-def _fe_too_many(path: str, actual: int, limit: int) -> str:
-    return f"{path}: Too many: {actual}: must have at most {limit} items"
-
-
-def _fe_duplicate(path: str, value: Any) -> str:
-    return f"{path}: Duplicate value: {_quote(value)}"
-
-
-def _fe_forbidden(path: str, detail: str) -> str:
-    return f"{path}: Forbidden: {detail}"
 
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

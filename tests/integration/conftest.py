@@ -83,3 +83,52 @@ def assert_records_match_schema(state_dir: Path) -> int:
         assert not errors, f"{path}: {errors[0].message}"
         count += 1
     return count
+
+
+# -- the kubelet plugin service against the test API server, with a fake kubelet ------------------
+@pytest.fixture
+def api(tmp_path):
+    from tests.fakes.apiserver import FakeApiServer
+    from tests.integration.service import NODE
+
+    server = FakeApiServer(tmp_path / "apiserver", ipamclaims=True).start()
+    server.add_node(NODE)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def service(lab, api):
+    from tests.integration.service import ServiceProcess
+
+    lab.write_conflist()
+    svc = ServiceProcess(lab, api)
+    svc.start()
+    try:
+        yield svc
+    finally:
+        svc.close()
+
+
+@pytest.fixture
+def kubelet(service):
+    from tests.fakes.kubelet import FakeKubelet
+    from tests.integration.service import DRIVER
+
+    fake = FakeKubelet(str(service.registry_dir), driver=DRIVER)
+    fake.wait_for_plugin(timeout=10)
+    try:
+        yield fake
+    finally:
+        fake.close()
+
+
+def prepare_ok(kubelet, claim) -> object:
+    """Prepare one claim through the fake kubelet; its response must carry no error."""
+    from tests.integration.service import claim_ref
+
+    response = kubelet.prepare([claim_ref(claim)])[claim["metadata"]["uid"]]
+    assert not response.error, response.error
+    return response

@@ -3,49 +3,9 @@ Debian's plugins in a real netns -> status.devices in the (fake) API server -> D
 
 from __future__ import annotations
 
-import pytest
-
-from tests.integration.service import (DRIVER, NODE, FakeApiServer, FakeKubelet, ServiceProcess, claim_ref,
-                                       create_allocated_claim, dump, macvlan_params, new_pod_uid, our_status,
-                                       wait_for)
-
-
-@pytest.fixture
-def api(tmp_path):
-    server = FakeApiServer(tmp_path / "apiserver", ipamclaims=True).start()
-    server.add_node(NODE)
-    try:
-        yield server
-    finally:
-        server.close()
-
-
-@pytest.fixture
-def service(lab, api):
-    lab.write_conflist()
-    svc = ServiceProcess(lab, api)
-    svc.start()
-    try:
-        yield svc
-    finally:
-        svc.close()
-
-
-@pytest.fixture
-def kubelet(service):
-    fake = FakeKubelet(str(service.registry_dir), driver=DRIVER)
-    fake.wait_for_plugin(timeout=10)
-    try:
-        yield fake
-    finally:
-        fake.close()
-
-
-def prepare_ok(kubelet, claim) -> dict:
-    responses = kubelet.prepare([claim_ref(claim)])
-    response = responses[claim["metadata"]["uid"]]
-    assert not response.error, response.error
-    return response
+from tests.integration.conftest import prepare_ok
+from tests.integration.service import (DRIVER, NODE, FakeKubelet, claim_ref, create_allocated_claim, dump,
+                                       macvlan_params, new_pod_uid, our_status, wait_for)
 
 
 def test_prepare_add_status_del(lab, api, service, kubelet):

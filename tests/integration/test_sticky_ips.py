@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from tests.integration.service import (DRIVER, NODE, FakeKubelet, claim_ref, create_allocated_claim, macvlan_params,
+from tests.integration.conftest import prepare_ok
+from tests.integration.service import (DRIVER, FakeKubelet, claim_ref, create_allocated_claim, macvlan_params,
                                        new_pod_uid, our_status, wait_for)
-from tests.integration.test_service_e2e import api, kubelet, prepare_ok, service  # noqa: F401 (fixtures)
 
 
 def reserve_for(api, claim: dict, pod_uid: str, pod_name: str) -> dict:
