@@ -329,8 +329,24 @@ class StateDir:
                 self._write(path, record)
             return record["seq"] == seq
 
-    def pending_outbox(self) -> list[Record]:
-        return [r for r in self.list_outbox() if r["seq"] > r["publishedSeq"]]
+    def pending_outbox(self, errors: dict[str, str] | None = None) -> list[Record]:
+        """Records whose newest state is not yet published.
+
+        With ``errors``, an unreadable record is reported there (uid -> message) instead of
+        failing the whole listing, so one corrupt file does not hold back every claim.
+        """
+        pending = []
+        for uid in self._list("outbox"):
+            try:
+                record = self.read_outbox(uid)
+            except StateError as exc:
+                if errors is None:
+                    raise
+                errors[uid] = str(exc)
+                continue
+            if record is not None and record.get("seq", 0) > record.get("publishedSeq", 0):
+                pending.append(record)
+        return pending
 
     # -- small caches ----------------------------------------------------------------------
     def read_cache(self, name: str) -> Record:

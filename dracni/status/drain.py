@@ -11,7 +11,6 @@ invalid) is reported as dropped and marked published, so it is not retried forev
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -30,27 +29,10 @@ class DrainReport:
 def _pending(state: StateDir, report: DrainReport) -> list[dict]:
     """Pending outbox records; an unreadable record is reported instead of failing them all."""
     try:
-        return state.pending_outbox()
-    except StateError:
-        pass
-    records = []
-    try:
-        names = sorted(os.listdir(os.path.join(state.root, "outbox")))
-    except OSError as exc:
-        report.failed["*"] = f"cannot list the outbox: {exc.strerror}"
+        return state.pending_outbox(errors=report.failed)
+    except StateError as exc:  # the outbox directory itself cannot be listed
+        report.failed["*"] = str(exc)
         return []
-    for filename in names:
-        if not filename.endswith(".json"):
-            continue
-        uid = filename[: -len(".json")]
-        try:
-            record = state.read_outbox(uid)
-        except StateError as exc:
-            report.failed[uid] = str(exc)
-            continue
-        if record is not None and record.get("seq", 0) > record.get("publishedSeq", 0):
-            records.append(record)
-    return records
 
 
 def drain_outbox(state: StateDir, sink: StatusSink, *, driver: str,
