@@ -42,7 +42,7 @@ K8S_ARGS = ("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;"
 
 IN_PROCESS_EXAMPLES = 1000
 BINARY_EXAMPLES = 150
-KNOWN_BUG_EXAMPLES = 100
+REGRESSION_EXAMPLES = 100
 
 _HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
            HealthCheck.function_scoped_fixture, HealthCheck.large_base_example]
@@ -399,7 +399,7 @@ def test_fuzz_regressions_in_process(sandbox):
     """NUL and undecodable bytes in stateDir/logFile/env make run() raise (see test_cni_protocol's
     test_regression_unusable_log_file_never_escapes_run and test_regression_error_message_with_undecodable_bytes)."""
 
-    @settings(max_examples=KNOWN_BUG_EXAMPLES, deadline=None, database=None, suppress_health_check=_HEALTH)
+    @settings(max_examples=REGRESSION_EXAMPLES, deadline=None, database=None, suppress_health_check=_HEALTH)
     @given(case=hostile_invocations(sandbox))
     def fuzz(case):
         env, stdin = case
