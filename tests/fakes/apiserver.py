@@ -1843,19 +1843,7 @@ class FakeApiServer:
         ``manager``; changing a field another manager owns is a 409 conflict unless ``force``; a
         field the manager applied before and omits now is released, and removed if nobody owns it."""
         res = RESOURCES["ipamclaims"]
-        if not isinstance(body, dict):
-            raise _bad_request("error decoding patch: the applied configuration must be an object")
-        api_version, kind = body.get("apiVersion"), body.get("kind")
-        if not api_version or not kind:
-            raise _bad_request(f"invalid object type: {api_version or ''}, Kind={kind or ''}")
-        if api_version != IPAM_API_VERSION:
-            raise _bad_request(f"the API version in the data ({api_version}) does not match the expected API version "
-                               f"({IPAM_API_VERSION})")
-        if kind != res.kind:
-            raise _bad_request(f"the kind in the data ({kind}) does not match the expected kind ({res.kind})")
-        meta = body.get("metadata") or {}
-        if meta.get("name") and meta["name"] != name:
-            raise _bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL ({name})")
+        meta = _check_applied_object(res, IPAM_API_VERSION, body, name)
         status = body.get("status")
         if status is None:
             status = {}
@@ -1971,19 +1959,7 @@ class FakeApiServer:
         """Server-side apply of ``status.devices`` by ``manager`` (a list-map keyed by driver,
         device, pool, shareID; ownership per entry and per top-level entry field)."""
         res = RESOURCES["resourceclaims"]
-        if not isinstance(body, dict):
-            raise _bad_request("error decoding patch: the applied configuration must be an object")
-        api_version, kind = body.get("apiVersion"), body.get("kind")
-        if not api_version or not kind:
-            raise _bad_request(f"invalid object type: {api_version or ''}, Kind={kind or ''}")
-        if api_version != RESOURCE_API_VERSION:
-            raise _bad_request(f"the API version in the data ({api_version}) does not match the expected API version "
-                               f"({RESOURCE_API_VERSION})")
-        if kind != res.kind:
-            raise _bad_request(f"the kind in the data ({kind}) does not match the expected kind ({res.kind})")
-        meta = body.get("metadata") or {}
-        if meta.get("name") and meta["name"] != name:
-            raise _bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL ({name})")
+        meta = _check_applied_object(res, RESOURCE_API_VERSION, body, name)
         status = body.get("status") or {}
         if not isinstance(status, dict):
             raise _bad_request(".status: expected map, got " + type(status).__name__)
@@ -2549,3 +2525,22 @@ def _validate_ipamclaim(obj: dict, require_interface: bool = True) -> list[str]:
                 for index, condition in enumerate(conditions):
                     errs.extend(_validate_condition(f"status.conditions[{index}]", condition))
     return errs
+
+
+def _check_applied_object(res: _Resource, api_version_expected: str, body: Any, name: str) -> dict:
+    """The checks kube-apiserver makes on any apply body before looking at its fields (400s);
+    returns the body's metadata."""
+    if not isinstance(body, dict):
+        raise _bad_request("error decoding patch: the applied configuration must be an object")
+    api_version, kind = body.get("apiVersion"), body.get("kind")
+    if not api_version or not kind:
+        raise _bad_request(f"invalid object type: {api_version or ''}, Kind={kind or ''}")
+    if api_version != api_version_expected:
+        raise _bad_request(f"the API version in the data ({api_version}) does not match the expected API version "
+                           f"({api_version_expected})")
+    if kind != res.kind:
+        raise _bad_request(f"the kind in the data ({kind}) does not match the expected kind ({res.kind})")
+    meta = body.get("metadata") or {}
+    if meta.get("name") and meta["name"] != name:
+        raise _bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL ({name})")
+    return meta
