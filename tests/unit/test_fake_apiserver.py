@@ -26,6 +26,7 @@ from kubernetes.client.exceptions import (
 )
 
 from tests.fakes.apiserver import APPLY_PATCH, MERGE_PATCH, FakeApiServer
+from tests.unit.conftest import client_for
 
 NODE = "node-a"
 DRIVER_A = "a.dracni.io"
@@ -45,20 +46,6 @@ def fake(tmp_path):
         assert server.internal_errors == []
     finally:
         server.close()
-
-
-def client_for(kubeconfig: str) -> client.ApiClient:
-    configuration = client.Configuration()
-    config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    configuration.retries = 0  # fail fast when the fake is down
-    return client.ApiClient(configuration)
-
-
-@pytest.fixture
-def api_client(fake):
-    api = client_for(fake.kubeconfig_path)
-    yield api
-    api.close()
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ import json
 import kubernetes_validate
 import pytest
 import yaml
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 from kubernetes.client.exceptions import (
     ApiException,
     ConflictException,
@@ -36,6 +36,7 @@ from kubernetes.client.exceptions import (
 
 from tests.fakes import apiserver as fake_module
 from tests.fakes.apiserver import APPLY_PATCH, MERGE_PATCH, ApiStatusError, FakeApiServer
+from tests.unit.conftest import client_for
 
 GROUP = "k8s.cni.cncf.io"
 VERSION = "v1alpha1"
@@ -57,20 +58,6 @@ def fake(tmp_path):
         assert server.internal_errors == []
     finally:
         server.close()
-
-
-def client_for(kubeconfig: str) -> client.ApiClient:
-    configuration = client.Configuration()
-    config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    configuration.retries = 0
-    return client.ApiClient(configuration)
-
-
-@pytest.fixture
-def api_client(fake):
-    api = client_for(fake.kubeconfig_path)
-    yield api
-    api.close()
 
 
 @pytest.fixture

@@ -35,10 +35,8 @@ def fake(tmp_path):
 
 
 @pytest.fixture
-def api(fake) -> KubeApi:
-    client = load_api_client(fake.kubeconfig_path)
-    client.configuration.retries = 0
-    return KubeApi(client)
+def api(api_client) -> KubeApi:
+    return KubeApi(api_client)
 
 
 def make_claim(fake: FakeApiServer, name: str, *, pool: str = NODE, allocate: bool = True) -> dict:
