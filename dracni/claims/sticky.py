@@ -13,10 +13,10 @@ pins, whatever its parameters say.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from typing import Callable
 
+from ..status.entries import canonical_interface_address
 from .resolve import ClaimError
 
 log = logging.getLogger(__name__)
@@ -35,15 +35,13 @@ def from_template(claim: dict) -> bool:
 
 
 def canonical_ips(values: list, where: str) -> list[str]:
-    """CIDR strings in canonical form, de-duplicated; anything else is a ClaimError."""
+    """CIDR strings in the API's canonical form (as status.devices holds them), de-duplicated;
+    anything else is a ClaimError."""
     out: list[str] = []
     for value in values or []:
-        try:
-            if not isinstance(value, str) or "/" not in value:
-                raise ValueError("not an address in CIDR form")
-            text = str(ipaddress.ip_interface(value))
-        except ValueError as exc:
-            raise ClaimError(f"{where}: {value!r} is not an address in CIDR form ({exc})") from None
+        text = canonical_interface_address(value)
+        if text is None:
+            raise ClaimError(f"{where}: {value!r} is not an address in CIDR form")
         if text not in out:
             out.append(text)
     return out

@@ -34,6 +34,7 @@ class DelegateRunner:
         self.state = state
         self.timeout = timeout
         self._versions: dict[str, list[str]] | None = None
+        self._found: dict[str, str] = {}  # type -> path, for this invocation (ADD looks each up twice)
 
     # -- lookup ---------------------------------------------------------------------------
     def find(self, plugin_type: str, field: str = "type") -> str:
@@ -41,6 +42,8 @@ class DelegateRunner:
             raise CNIError(E.INVALID_CONFIG, f"{field}: delegate plugin type must be a non-empty string")
         if "/" in plugin_type or plugin_type in (".", ".."):
             raise CNIError(E.INVALID_CONFIG, f"{field}: delegate plugin type {plugin_type!r} must not contain '/'")
+        if plugin_type in self._found:
+            return self._found[plugin_type]
         for directory in self.path:
             candidate = os.path.join(directory, plugin_type)
             try:
@@ -48,6 +51,7 @@ class DelegateRunner:
             except OSError:
                 continue
             if (st.st_mode & 0o170000) == 0o100000 and os.access(candidate, os.X_OK):
+                self._found[plugin_type] = candidate
                 return candidate
         raise CNIError(E.INVALID_CONFIG,
                        f"{field}: failed to find plugin {plugin_type!r} in CNI_PATH {':'.join(self.path)!r}")
