@@ -11,13 +11,13 @@ import sys
 
 import click
 
-from . import DEFAULT_DRIVER, DEFAULT_STATE_DIR, __version__, jsonio
+from . import __version__, defaults, jsonio
 
 state_dir_option = click.option(
-    "--state-dir", envvar="DRACNI_STATE_DIR", default=DEFAULT_STATE_DIR, show_default=True,
+    "--state-dir", envvar="DRACNI_STATE_DIR", default=defaults.STATE_DIR, show_default=True,
     type=click.Path(file_okay=False), help="On-node state directory shared with the CNI plugin.")
 driver_option = click.option(
-    "--driver", envvar="DRACNI_DRIVER", default=DEFAULT_DRIVER, show_default=True,
+    "--driver", envvar="DRACNI_DRIVER", default=defaults.DRIVER, show_default=True,
     help="DRA driver name: opaque configs and status entries of this driver are ours.")
 
 
@@ -215,11 +215,11 @@ def validate(path: str, allowed: tuple[str, ...], driver: str) -> None:
 @state_dir_option
 @click.option("--node-name", envvar="NODE_NAME", required=True, help="This node's name (downward API).")
 @click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file; default: in-cluster config.")
-@click.option("--registry-dir", envvar="DRACNI_REGISTRY_DIR", default="/var/lib/kubelet/plugins_registry",
+@click.option("--registry-dir", envvar="DRACNI_REGISTRY_DIR", default=defaults.REGISTRY_DIR,
               show_default=True, help="Kubelet's plugin registration directory.")
-@click.option("--plugins-dir", envvar="DRACNI_PLUGINS_DIR", default="/var/lib/kubelet/plugins", show_default=True,
+@click.option("--plugins-dir", envvar="DRACNI_PLUGINS_DIR", default=defaults.PLUGINS_DIR, show_default=True,
               help="Directory of the DRA socket (<dir>/<driver>/dra.sock).")
-@click.option("--health-address", envvar="DRACNI_HEALTH_ADDRESS", default=":8080", show_default=True,
+@click.option("--health-address", envvar="DRACNI_HEALTH_ADDRESS", default=defaults.HEALTH_ADDRESS, show_default=True,
               help="host:port serving /healthz, /readyz and /metrics; empty to disable.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), envvar="DRACNI_LOG_FORMAT", default="text",
               show_default=True)
@@ -256,13 +256,13 @@ def kubelet_plugin(driver: str, state_dir: str, node_name: str, kubeconfig: str 
 # -- node installation (the installer DaemonSet / init container) ----------------------------------
 
 bin_dir_option = click.option(
-    "--bin-dir", default="/opt/cni/bin", show_default=True, type=click.Path(file_okay=False),
+    "--bin-dir", default=defaults.CNI_BIN_DIR, show_default=True, type=click.Path(file_okay=False),
     help="The CNI bin dir: gets the `dracni` link and `.dracni/<hash>/` bundle copies.")
 conf_dir_option = click.option(
-    "--conf-dir", default="/etc/cni/net.d", show_default=True, type=click.Path(file_okay=False),
+    "--conf-dir", default=defaults.CNI_CONF_DIR, show_default=True, type=click.Path(file_okay=False),
     help="The CNI network config dir of the runtime.")
 conf_file_option = click.option(
-    "--conf-file", default="00-dracni.conflist", show_default=True,
+    "--conf-file", default=defaults.CONF_FILE, show_default=True,
     help="dracni's generated conflist in --conf-dir; its name must sort before every other config.")
 
 

@@ -36,14 +36,14 @@ import tempfile
 import threading
 import time
 
-from . import jsonio
+from . import defaults, jsonio
 from .atomicfile import fsync_dir, write_atomic
 
 log = logging.getLogger("dracni.install")
 
-PLUGIN_NAME = "dracni"
+PLUGIN_NAME = defaults.PLUGIN_NAME
 VERSIONS_DIR = ".dracni"
-DEFAULT_CONF_FILE = "00-dracni.conflist"
+DEFAULT_CONF_FILE = defaults.CONF_FILE
 #: Top-level key of the generated conflist naming the primary file it was made from.
 PRIMARY_KEY = "dracni.io/primary"
 #: The extensions libcni reads network configs from (``libcni.ConfFiles``).

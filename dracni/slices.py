@@ -19,6 +19,7 @@ import hashlib
 import re
 from typing import Any, Iterable
 
+from . import defaults
 from .nics import Nic
 
 __all__ = [
@@ -45,7 +46,7 @@ __all__ = [
 
 API_VERSION = "resource.k8s.io/v1"
 API_VERSION_V1BETA1 = "resource.k8s.io/v1beta1"
-DEFAULT_DRIVER = "dracni.io"
+DEFAULT_DRIVER = defaults.DRIVER
 
 MAX_DEVICES_PER_SLICE = 128
 MAX_ATTRIBUTES_PER_DEVICE = 32

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from ..status.entries import canonical_interface_address
+from ..addresses import canonical_interface_address
 from .resolve import ClaimError
 
 log = logging.getLogger(__name__)

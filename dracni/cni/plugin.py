@@ -162,7 +162,7 @@ class MetaPlugin:
     @staticmethod
     def _check_pinned(dev: dict) -> None:
         """Never hand out a different address than the one the claim keeps."""
-        from .addresses import missing_addresses, result_addresses
+        from ..addresses import missing_addresses, result_addresses
 
         returned = result_addresses(dev["result"])
         if missing_addresses(dev["requestedIPs"], returned):
@@ -413,7 +413,7 @@ def _fact(record: dict, dev: dict) -> dict:
 
 def _detached_fact(record: dict, dev: dict) -> dict:
     """A persistent attachment after DEL: Ready=False (Detached), its addresses kept."""
-    from .addresses import result_addresses
+    from ..addresses import result_addresses
 
     fact = _fact(record, dev)
     fact.update(ready=False, detached=True, result=None, error=None, updatedAt=now_rfc3339(),
@@ -455,6 +455,6 @@ def merge_results(results: list[dict]) -> dict:
 
 
 def state_dir_for(req: Request, flag: str | None = None) -> str:
-    from .. import DEFAULT_STATE_DIR
+    from ..defaults import STATE_DIR
 
-    return flag or req.option("stateDir") or os.environ.get("DRACNI_STATE_DIR") or DEFAULT_STATE_DIR
+    return flag or req.option("stateDir") or os.environ.get("DRACNI_STATE_DIR") or STATE_DIR

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import socket
 import threading
@@ -32,6 +31,8 @@ from concurrent import futures
 from typing import Any, NamedTuple
 
 import grpc
+
+from dracni.kube.validation import is_driver_name
 
 from dracni.kubelet.proto import (
     dra_v1_pb2,
@@ -44,10 +45,6 @@ from dracni.kubelet.proto import (
 
 log = logging.getLogger(__name__)
 
-#: Kubelet's default locations (the same paths inside the DaemonSet's container).
-DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
-DEFAULT_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
-
 #: ``PluginInfo.type`` of a DRA driver's kubelet plugin.
 PLUGIN_TYPE = "DRAPlugin"
 #: ``PluginInfo.supported_versions``: "<proto package>.<service>", most recent first. Kubelet
@@ -56,9 +53,6 @@ SUPPORTED_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 
 #: ``sun_path`` holds 108 bytes, the terminating NUL included.
 MAX_SOCKET_PATH_BYTES = 107
-
-# A DRA driver name: a DNS subdomain of at most 63 characters (it is also a file name here).
-_DRIVER_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 class ClaimRef(NamedTuple):
@@ -95,7 +89,7 @@ def check_socket_path(path: str, what: str = "socket") -> None:
 
 def check_driver_name(driver: str) -> None:
     """Raise ValueError unless ``driver`` is a valid DRA driver name."""
-    if not isinstance(driver, str) or len(driver) > 63 or not _DRIVER_RE.match(driver):
+    if not is_driver_name(driver):
         raise ValueError(f"driver name {driver!r} is not a DNS subdomain of at most 63 characters")
 
 

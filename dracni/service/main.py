@@ -12,6 +12,8 @@ import signal
 import threading
 from dataclasses import dataclass, field
 
+from .. import defaults
+
 log = logging.getLogger("dracni.service")
 
 
@@ -21,9 +23,9 @@ class ServiceOptions:
     node: str
     state_dir: str
     kubeconfig: str | None = None
-    registry_dir: str = "/var/lib/kubelet/plugins_registry"
-    plugins_dir: str = "/var/lib/kubelet/plugins"
-    health_address: str = ":8080"
+    registry_dir: str = defaults.REGISTRY_DIR
+    plugins_dir: str = defaults.PLUGINS_DIR
+    health_address: str = defaults.HEALTH_ADDRESS
     allowed_types: frozenset[str] | None = None
     nic_include: list[str] = field(default_factory=list)
     nic_exclude: list[str] = field(default_factory=list)

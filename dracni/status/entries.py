@@ -1,37 +1,26 @@
 """ResourceClaim ``status.devices`` entries (AllocatedDeviceStatus, KEP-4817) from outbox facts.
 
 The CNI plugin writes, per claim, the full desired set of *device facts* into the state
-directory's StatusOutbox record (``spec/state-records.schema.json``).  This module turns them
-into the camelCase API form of ``status.devices[]`` and checks entries against the API
-server's validation rules (``CONTRACTS.md`` section 3), with messages formatted like
-Kubernetes field errors so that a test API server can answer 422 with them.
-
-Imports stay light (``ipaddress``, ``re``, ``datetime``, ``orjson``): the status publisher
-may run next to the CNI hot path.
+directory's StatusOutbox record (``dracni.state.records``).  This module turns them into the
+camelCase API form of ``status.devices[]``, within the API server's limits
+(``dracni.kube.validation``).
 """
 
 from __future__ import annotations
 
-import ipaddress
-import re
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import Any
 
-import orjson
-
-from .fielderrors import (duplicate as _duplicate, invalid as _invalid, not_supported as _not_supported,
-                          quote as _quote, required as _required, too_long as _too_long, too_many as _too_many)
-
-# -- API limits (k8s.io/kubernetes/pkg/apis/resource, apimachinery metav1 validation) ----
-DATA_MAX_BYTES = 10 * 1024  # AllocatedDeviceStatusDataMaxLength
-MAX_CONDITIONS = 8  # AllocatedDeviceStatusMaxConditions
-INTERFACE_NAME_MAX = 256  # NetworkDeviceDataInterfaceNameMaxLength
-HARDWARE_ADDRESS_MAX = 128  # NetworkDeviceDataHardwareAddressMaxLength
-MAX_IPS = 16  # NetworkDeviceDataMaxIPs
-REASON_MAX = 1024  # metav1 condition reason
-MESSAGE_MAX = 32 * 1024  # metav1 condition message
-DRIVER_NAME_MAX = 63
-POOL_NAME_MAX = 253
+from ..addresses import canonical_interface_address
+from ..clock import normalize_time, parse_rfc3339, zero_time
+from ..kube.validation import (
+    DATA_MAX_BYTES,
+    HARDWARE_ADDRESS_MAX,
+    INTERFACE_NAME_MAX,
+    MAX_IPS,
+    MESSAGE_MAX,
+    json_size,
+)
 
 READY = "Ready"
 REASON_READY = "NetworkInterfaceReady"
@@ -42,122 +31,12 @@ REASON_DETACHED = "Detached"
 Entry = dict[str, Any]
 
 
-# -- time --------------------------------------------------------------------------------
-_RFC3339 = re.compile(
-    r"^([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]+))?"
-    r"([Zz]|[+-][0-9]{2}:[0-9]{2})$"
-)
-_ZERO_TIME = datetime(1, 1, 1, tzinfo=timezone.utc)
-
-
-def parse_rfc3339(value: Any) -> datetime | None:
-    """Parse an RFC 3339 timestamp (any fractional precision, ``Z`` or an offset) to UTC."""
-    if not isinstance(value, str):
-        return None
-    m = _RFC3339.match(value)
-    if not m:
-        return None
-    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
-    frac, zone = m.group(7), m.group(8)
-    try:
-        if zone in ("Z", "z"):
-            tz = timezone.utc
-        else:
-            sign = 1 if zone[0] == "+" else -1
-            hours, minutes = int(zone[1:3]), int(zone[4:6])
-            if hours > 23 or minutes > 59:
-                return None
-            tz = timezone(sign * timedelta(hours=hours, minutes=minutes))
-        micro = int((frac or "0")[:6].ljust(6, "0"))
-        parsed = datetime(year, month, day, hour, minute, second, micro, tzinfo=tz)
-    except ValueError:
-        return None
-    try:
-        return parsed.astimezone(timezone.utc)
-    except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00
-        return None
-
-
-def format_rfc3339(moment: datetime) -> str:
-    """``metav1.Time`` form: seconds precision, UTC, ``Z``."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def normalize_time(value: Any) -> str:
-    """``value`` as an RFC 3339 seconds-precision UTC time; now when it is missing or bad."""
-    parsed = parse_rfc3339(value)
-    if parsed is None or parsed == _ZERO_TIME:
-        parsed = datetime.now(timezone.utc)
-    return format_rfc3339(parsed)
-
-
-# -- addresses ---------------------------------------------------------------------------
-_IPV4_SLOPPY = re.compile(r"^([0-9]+)\.([0-9]+)\.([0-9]+)\.([0-9]+)$")
-
-
-def _parse_interface_address(value: Any) -> tuple[str, str] | None:
-    """Parse an "ifaddr" CIDR value like Go's ``netutils.ParseCIDRSloppy``.
-
-    Returns ``(canonical, family)`` where canonical is the form the API server demands
-    (``ip.String()/prefix``, so ``10.0.0.5/24``, ``fd00::5/64``), or None when the value is
-    not an address in CIDR form at all.
-    """
-    if not isinstance(value, str) or value.count("/") != 1:
-        return None
-    addr, prefix = value.split("/")
-    if not prefix or not prefix.isascii() or not prefix.isdigit() or "%" in addr:
-        return None
-    bits = int(prefix)
-    m = _IPV4_SLOPPY.match(addr)
-    if m:
-        # ParseCIDRSloppy accepts leading zeros in IPv4 octets (as decimal).
-        octets = [int(o) for o in m.groups()]
-        if any(o > 255 for o in octets) or bits > 32:
-            return None
-        return f"{'.'.join(map(str, octets))}/{bits}", "ipv4"
-    if ":" not in addr:
-        return None
-    try:
-        ip6 = ipaddress.IPv6Address(addr)
-    except ValueError:
-        return None
-    if bits > 128:
-        return None
-    mapped = ip6.ipv4_mapped
-    if mapped is not None:
-        # Go treats a v4-mapped address as IPv4 and prints it dotted; its 128-bit mask
-        # loses 96 bits (e.g. ::ffff:10.0.0.1/120 -> 10.0.0.1/24).
-        if bits > 32:
-            bits -= 96
-        return f"{mapped}/{bits}", "ipv4"
-    return f"{ip6.compressed}/{bits}", "ipv6"
-
-
-def canonical_interface_address(value: Any) -> str | None:
-    """Canonical CIDR interface address (``10.0.0.5/24``, ``fd00::5/64``), or None if invalid."""
-    parsed = _parse_interface_address(value)
-    if parsed is None:
-        return None
-    canonical, family = parsed
-    prefix = int(canonical.rsplit("/", 1)[1])  # may be negative: ::ffff:a.b.c.d/64
-    if not 0 <= prefix <= (32 if family == "ipv4" else 128):
-        return None
-    return canonical
-
-
 # -- building entries --------------------------------------------------------------------
 def _utf8_truncate(text: str, limit: int) -> str:
     raw = text.encode("utf-8")
     if len(raw) <= limit:
         return text
     return raw[:limit].decode("utf-8", "ignore")
-
-
-def _json_size(value: Any) -> int | None:
-    try:
-        return len(orjson.dumps(value))
-    except (orjson.JSONEncodeError, TypeError):
-        return None
 
 
 def _attachment_index(result: Any, if_name: str) -> int | None:
@@ -244,7 +123,7 @@ def _fit_data(result: Any, index: int | None) -> dict | None:
     data = _strip_sandbox(result)
 
     def fits(candidate: dict) -> bool:
-        size = _json_size(candidate)
+        size = json_size(candidate)
         return size is not None and size <= DATA_MAX_BYTES
 
     if fits(data):
@@ -354,7 +233,7 @@ def status_devices(outbox: dict, *, driver: str) -> list[Entry]:
         if not isinstance(fact, dict):
             continue
         key = _device_key(fact)
-        when = parse_rfc3339(fact.get("updatedAt")) or _ZERO_TIME
+        when = parse_rfc3339(fact.get("updatedAt")) or zero_time()
         current = chosen.get(key)
         if current is None or when >= current[0]:
             chosen[key] = (when, fact)
@@ -362,298 +241,3 @@ def status_devices(outbox: dict, *, driver: str) -> list[Entry]:
 
 
 # -- validation (k8s.io/kubernetes/pkg/apis/resource/validation, validateDeviceStatus) -----
-def _blen(value: str) -> int:
-    return len(value.encode("utf-8"))
-
-
-def _regex_error(msg: str, fmt: str, *examples: str) -> str:
-    if not examples:
-        return f"{msg} (regex used for validation is '{fmt}')"
-    shown = " or ".join(f"'{e}'," for e in examples)
-    return f"{msg} (e.g. {shown} regex used for validation is '{fmt}')"
-
-
-_DNS1123_LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_LABEL = re.compile(f"^{_DNS1123_LABEL_FMT}$")
-_DNS1123_LABEL_MSG = (
-    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
-    "and must start and end with an alphanumeric character"
-)
-_DNS1123_SUBDOMAIN_FMT = _DNS1123_LABEL_FMT + r"(\." + _DNS1123_LABEL_FMT + ")*"
-_DNS1123_SUBDOMAIN = re.compile(f"^{_DNS1123_SUBDOMAIN_FMT}$")
-_DNS1123_SUBDOMAIN_MSG = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-    "'.', and must start and end with an alphanumeric character"
-)
-_QUALIFIED_NAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_QUALIFIED_NAME = re.compile(f"^{_QUALIFIED_NAME_FMT}$")
-_QUALIFIED_NAME_MSG = (
-    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
-    "alphanumeric character"
-)
-_REASON_FMT = "[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?"
-_REASON = re.compile(f"^{_REASON_FMT}$")
-_REASON_MSG = (
-    "a condition reason must start with alphabetic character, optionally followed by a string "
-    "of alphanumeric characters or '_,:', and must end with an alphanumeric character or '_'"
-)
-_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
-_CONDITION_STATUSES = ("False", "True", "Unknown")
-
-
-def _dns1123_label(value: str) -> list[str]:
-    errs = []
-    if len(value) > 63:
-        errs.append("must be no more than 63 characters")
-    if not _DNS1123_LABEL.match(value):
-        errs.append(_regex_error(_DNS1123_LABEL_MSG, _DNS1123_LABEL_FMT, "my-name", "123-abc"))
-    return errs
-
-
-def _dns1123_subdomain(value: str) -> list[str]:
-    errs = []
-    if len(value) > 253:
-        errs.append("must be no more than 253 characters")
-    if not _DNS1123_SUBDOMAIN.match(value):
-        errs.append(_regex_error(_DNS1123_SUBDOMAIN_MSG, _DNS1123_SUBDOMAIN_FMT, "example.com"))
-    return errs
-
-
-def _qualified_name(value: str) -> list[str]:
-    parts = value.split("/")
-    if len(parts) == 1:
-        name = parts[0]
-        errs: list[str] = []
-    elif len(parts) == 2:
-        prefix, name = parts
-        errs = []
-        if not prefix:
-            errs.append("prefix part must be non-empty")
-        else:
-            errs.extend("prefix part " + e for e in _dns1123_subdomain(prefix))
-    else:
-        return [
-            "a qualified name "
-            + _regex_error(_QUALIFIED_NAME_MSG, _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
-            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-        ]
-    if not name:
-        errs.append("name part must be non-empty")
-    elif len(name) > 63:
-        errs.append("name part must be no more than 63 characters")
-    if not _QUALIFIED_NAME.match(name):
-        errs.append(
-            "name part " + _regex_error(_QUALIFIED_NAME_MSG, _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
-        )
-    return errs
-
-
-def _str_field(entry: dict, key: str) -> str:
-    value = entry.get(key)
-    return value if isinstance(value, str) else ""
-
-
-def device_id(item: dict) -> str:
-    """``driver/pool/device`` plus ``/shareID`` when set (structured.SharedDeviceID)."""
-    ident = f"{_str_field(item, 'driver')}/{_str_field(item, 'pool')}/{_str_field(item, 'device')}"
-    share = item.get("shareID")
-    if share:
-        ident += f"/{share}"
-    return ident
-
-
-def _validate_names(entry: dict, path: str) -> list[str]:
-    errs: list[str] = []
-    driver = entry.get("driver")
-    driver = driver if isinstance(driver, str) else ""
-    if not driver:
-        errs.append(_required(f"{path}.driver"))
-    if len(driver) > DRIVER_NAME_MAX:
-        errs.append(_too_long(f"{path}.driver", DRIVER_NAME_MAX))
-    errs.extend(_invalid(f"{path}.driver", driver, m) for m in _dns1123_subdomain(driver.lower()))
-
-    pool = entry.get("pool")
-    pool = pool if isinstance(pool, str) else ""
-    if not pool:
-        errs.append(_required(f"{path}.pool"))
-    else:
-        if len(pool) > POOL_NAME_MAX:
-            errs.append(_too_long(f"{path}.pool", POOL_NAME_MAX))
-        for part in pool.split("/"):
-            errs.extend(_invalid(f"{path}.pool", part, m) for m in _dns1123_subdomain(part))
-
-    device = entry.get("device")
-    device = device if isinstance(device, str) else ""
-    errs.extend(_invalid(f"{path}.device", device, m) for m in _dns1123_label(device))
-
-    share = entry.get("shareID")
-    if share is not None:
-        if not isinstance(share, str) or not _UUID.match(share):
-            errs.append(_invalid(f"{path}.shareID", share, "error validating uid: invalid UUID format"))
-        elif share != share.lower():
-            errs.append(
-                _invalid(
-                    f"{path}.shareID",
-                    share,
-                    "uid must be in RFC 4122 normalized form, `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` "
-                    "with lowercase hexadecimal characters",
-                )
-            )
-    return errs
-
-
-def _validate_conditions(conditions: Any, path: str) -> list[str]:
-    if conditions is None:
-        return []
-    if not isinstance(conditions, list):
-        return [_invalid(path, conditions, "must be a list of conditions")]
-    errs: list[str] = []
-    if len(conditions) > MAX_CONDITIONS:
-        errs.append(_too_many(path, len(conditions), MAX_CONDITIONS))
-    seen: set[str] = set()
-    for i, condition in enumerate(conditions):
-        item = f"{path}[{i}]"
-        if not isinstance(condition, dict):
-            errs.append(_invalid(item, condition, "must be a condition object"))
-            continue
-        ctype = condition.get("type")
-        ctype = ctype if isinstance(ctype, str) else ""
-        if ctype in seen:
-            errs.append(_duplicate(f"{item}.type", ctype))
-        seen.add(ctype)
-        errs.extend(_invalid(f"{item}.type", ctype, m) for m in _qualified_name(ctype))
-        status = condition.get("status")
-        if status not in _CONDITION_STATUSES:
-            errs.append(_not_supported(f"{item}.status", status if status is not None else "", _CONDITION_STATUSES))
-        generation = condition.get("observedGeneration")
-        if _is_index(generation) and generation < 0:
-            errs.append(_invalid(f"{item}.observedGeneration", generation, "must be greater than or equal to zero"))
-        ltt = condition.get("lastTransitionTime")
-        if ltt in (None, ""):
-            errs.append(_required(f"{item}.lastTransitionTime", "must be set"))
-        else:
-            moment = parse_rfc3339(ltt)
-            if moment is None:
-                errs.append(_invalid(f"{item}.lastTransitionTime", ltt, "must be an RFC 3339 date-time"))
-            elif moment == _ZERO_TIME:
-                errs.append(_required(f"{item}.lastTransitionTime", "must be set"))
-        reason = condition.get("reason")
-        reason = reason if isinstance(reason, str) else ""
-        if not reason:
-            errs.append(_required(f"{item}.reason", "must be set"))
-        else:
-            if not _REASON.match(reason):
-                errs.append(
-                    _invalid(
-                        f"{item}.reason",
-                        reason,
-                        _regex_error(_REASON_MSG, _REASON_FMT, "my_name", "MY_NAME", "MyName", "ReasonA,ReasonB", "ReasonA:ReasonB"),
-                    )
-                )
-            if _blen(reason) > REASON_MAX:
-                errs.append(_too_long(f"{item}.reason", REASON_MAX))
-        message = condition.get("message")
-        if isinstance(message, str) and _blen(message) > MESSAGE_MAX:
-            errs.append(_too_long(f"{item}.message", MESSAGE_MAX))
-    return errs
-
-
-def _validate_data(data: Any, path: str) -> list[str]:
-    if data is None:  # optional
-        return []
-    size = _json_size(data)
-    if size is None:
-        return [_invalid(path, "<value omitted>", "error parsing data as JSON")]
-    if size > DATA_MAX_BYTES:
-        return [_too_long(path, DATA_MAX_BYTES)]
-    if not isinstance(data, dict):
-        return [_invalid(path, "<value omitted>", "must be a valid JSON object")]
-    return []
-
-
-def _validate_network_data(network: Any, path: str) -> list[str]:
-    if network is None:
-        return []
-    if not isinstance(network, dict):
-        return [_invalid(path, network, "must be an object")]
-    errs: list[str] = []
-    name = network.get("interfaceName")
-    if isinstance(name, str) and _blen(name) > INTERFACE_NAME_MAX:
-        errs.append(_too_long(f"{path}.interfaceName", INTERFACE_NAME_MAX))
-    mac = network.get("hardwareAddress")
-    if isinstance(mac, str) and _blen(mac) > HARDWARE_ADDRESS_MAX:
-        errs.append(_too_long(f"{path}.hardwareAddress", HARDWARE_ADDRESS_MAX))
-    ips = network.get("ips")
-    if ips is None:
-        return errs
-    if not isinstance(ips, list):
-        errs.append(_invalid(f"{path}.ips", ips, "must be a list of addresses"))
-        return errs
-    if len(ips) > MAX_IPS:
-        # The API server short-circuits on size (DoS protection): no per-item errors.
-        errs.append(_too_many(f"{path}.ips", len(ips), MAX_IPS))
-        return errs
-    seen: set[Any] = set()
-    for i, value in enumerate(ips):
-        item = f"{path}.ips[{i}]"
-        parsed = _parse_interface_address(value)
-        if parsed is None:
-            errs.append(
-                _invalid(item, value, "must be a valid address in CIDR form, (e.g. 10.9.8.7/24 or 2001:db8::1/64)")
-            )
-        elif parsed[0] != value:
-            errs.append(_invalid(item, value, f"must be in canonical form ({_quote(parsed[0])})"))
-    for i, value in enumerate(ips):
-        key = value if isinstance(value, (str, int, float, bool)) or value is None else _quote(value)
-        if key in seen:
-            errs.append(_duplicate(f"{path}.ips[{i}]", value))
-        else:
-            seen.add(key)
-    return errs
-
-
-def validate_device_status(
-    entry: dict,
-    allocated_results: list[dict] | None = None,
-    path: str = "status.devices[0]",
-) -> list[str]:
-    """Violations of the API server's rules for one ``status.devices`` entry.
-
-    Messages are Kubernetes field errors (``<path>: Invalid value: "...": ...``).  With
-    ``allocated_results`` (``status.allocation.devices.results``), the entry must name one of
-    them by driver/pool/device(/shareID).
-    """
-    if not isinstance(entry, dict):
-        return [_invalid(path, entry, "must be an object")]
-    errs = _validate_names(entry, path)
-    if allocated_results is not None:
-        allocated = {device_id(r) for r in allocated_results if isinstance(r, dict)}
-        ident = device_id(entry)
-        if ident not in allocated:
-            errs.append(_invalid(path, ident, "must be an allocated device in the claim"))
-    errs.extend(_validate_conditions(entry.get("conditions"), f"{path}.conditions"))
-    errs.extend(_validate_data(entry.get("data"), f"{path}.data"))
-    errs.extend(_validate_network_data(entry.get("networkData"), f"{path}.networkData"))
-    return errs
-
-
-def validate_status_devices(
-    devices: list[dict],
-    allocated_results: list[dict] | None = None,
-    path: str = "status.devices",
-) -> list[str]:
-    """Violations for a whole ``status.devices`` list: every entry, plus duplicate keys."""
-    if not isinstance(devices, list):
-        return [_invalid(path, devices, "must be a list")]
-    errs: list[str] = []
-    seen: set[str] = set()
-    for i, entry in enumerate(devices):
-        errs.extend(validate_device_status(entry, allocated_results, f"{path}[{i}]"))
-    for i, entry in enumerate(devices):
-        if not isinstance(entry, dict):
-            continue
-        ident = device_id(entry)
-        if ident in seen:
-            errs.append(_duplicate(f"{path}[{i}]", ident))
-        seen.add(ident)
-    return errs

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 import orjson
 
 from dracni.atomicfile import fsync_dir, write_atomic
-from dracni.status.entries import device_id, validate_device_status
+from dracni.kube.validation import device_id, validate_device_status
 
 API_VERSION = "resource.k8s.io/v1"
 KIND = "ResourceClaim"

@@ -11,7 +11,7 @@ kube-apiserver that dracni uses (``CONTRACTS.md`` sections 3-5), with the real r
   (``conditions``, ``data``, ``networkData``), with conflicts, ``force`` and ``managedFields``;
   ``application/merge-patch+json`` and ``application/strategic-merge-patch+json`` replace the
   whole ``devices`` list, as the real server does.  Status writes are validated with
-  ``dracni.status.entries.validate_status_devices`` against the claim's allocation (422).
+  ``dracni.kube.validation.validate_status_devices`` against the claim's allocation (422).
 - ``resource.k8s.io/v1`` ``resourceslices`` (cluster-scoped): create, get, list, watch, update,
   patch (merge), delete, deletecollection; field selectors ``spec.nodeName``, ``spec.driver``,
   ``metadata.name``; validation of the spec (422).
@@ -31,7 +31,7 @@ Bearer-token authentication (401), an optional authorizer hook (403), injected f
 (``fail_next``), a request log (``requests``) and ``stop()``/``start()`` (same port, same data)
 let tests drive a client through outages and assert exactly what it sent.
 
-Only the standard library, PyYAML and ``dracni.status.entries`` are imported: no kubernetes
+Only the standard library, PyYAML and ``dracni.kube.validation`` are imported: no kubernetes
 client code runs inside the fake.
 """
 
@@ -60,8 +60,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
-from dracni.status.entries import format_rfc3339, parse_rfc3339, validate_status_devices
-from dracni.status.fielderrors import (duplicate as _fe_duplicate, forbidden as _fe_forbidden, invalid as _fe_invalid,
+from dracni.clock import format_rfc3339, parse_rfc3339
+from dracni.kube.validation import validate_status_devices
+from dracni.kube.fielderrors import (duplicate as _fe_duplicate, forbidden as _fe_forbidden, invalid as _fe_invalid,
                                         required as _fe_required, too_long as _fe_too_long,
                                         too_many as _fe_too_many)
 

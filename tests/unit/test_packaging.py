@@ -178,9 +178,9 @@ def test_admission_policy_binds_slice_writes_to_the_node_and_driver():
 
 
 def test_driver_name_is_the_same_everywhere():
-    import dracni
+    from dracni import defaults
 
-    assert dracni.DEFAULT_DRIVER == DRIVER
+    assert defaults.DRIVER == DRIVER
     objects = deploy_objects()
     device_class = objects["DeviceClass"]
     assert device_class["metadata"]["name"] == DRIVER
@@ -278,9 +278,9 @@ def test_kubelet_and_state_paths_are_mounted_at_the_host_path():
     registry, plugins, state = (flag(main, "--registry-dir"), flag(main, "--plugins-dir"),
                                 flag(main, "--state-dir"))
     assert (registry, plugins) == ("/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins")
-    import dracni
+    from dracni import defaults
 
-    assert state == dracni.DEFAULT_STATE_DIR
+    assert state == defaults.STATE_DIR
     for path in (registry, plugins, state):
         assert host_path_of(main, path) == path, f"{path} must be the host's {path}"
     # Every hostPath of the pod under the kubelet's or dracni's dirs is mounted at its own path.

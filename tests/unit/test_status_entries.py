@@ -8,15 +8,10 @@ import orjson
 import pytest
 
 from dracni.state.store import StateDir
-from dracni.status.entries import (
-    DATA_MAX_BYTES,
-    canonical_interface_address,
-    device_status_entry,
-    normalize_time,
-    status_devices,
-    validate_device_status,
-    validate_status_devices,
-)
+from dracni.addresses import canonical_interface_address
+from dracni.clock import normalize_time
+from dracni.kube.validation import DATA_MAX_BYTES, validate_device_status, validate_status_devices
+from dracni.status.entries import device_status_entry, status_devices
 
 DRIVER = "dracni.io"
 SHARE = "4b7f2c1e-9a0d-4c5e-8f3a-2d1b0c9e8f7a"

@@ -6,7 +6,7 @@ import pytest
 
 from dracni.claims.resolve import ClaimError
 from dracni.claims.sticky import canonical_ips, from_template, pin_addresses
-from dracni.cni.addresses import missing_addresses
+from dracni.addresses import missing_addresses
 from dracni.status.entries import device_status_entry
 
 DRIVER = "dracni.io"
