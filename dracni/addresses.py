@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the CNI plugin imports this module: no typing at run time
+    from typing import Any
 
 _IPV4_SLOPPY = re.compile(r"^([0-9]+)\.([0-9]+)\.([0-9]+)\.([0-9]+)$")
 

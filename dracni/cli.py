@@ -68,17 +68,19 @@ def _select(source, names: tuple[str, ...]) -> list[dict]:
 @driver_option
 def prepare(claims_path: str, names: tuple[str, ...], node: str | None, allowed: tuple[str, ...],
             state_dir: str, driver: str) -> None:
-    """Prepare the allocated claims found in CLAIMS_PATH (a manifest file or directory)."""
-    from .claims.prepare import prepare_claims
+    """Prepare the allocated claims found in CLAIMS_PATH (a manifest file or directory).
+
+    The same guards as the kubelet plugin's: the claim's UID, and with --node, that its
+    devices are allocated from this node's pool.
+    """
+    from .kubelet.helper import ClaimRef, KubeletPluginHelper
 
     source = _source(claims_path)
-    claims = _select(source, names)
-    sources = {}
-    for claim in claims:
-        meta = claim.get("metadata", {})
-        sources[meta.get("uid", "")] = source.path_of(meta.get("namespace", "default"), meta.get("name", ""))
-    outcomes = prepare_claims(_state(state_dir), claims, driver=driver, node=node,
-                              allowed_types=frozenset(allowed) or None, sources=sources)
+    refs = [ClaimRef(c["metadata"]["namespace"], c["metadata"]["uid"], c["metadata"]["name"])
+            for c in _select(source, names)]
+    helper = KubeletPluginHelper(state=_state(state_dir), claims=source, driver=driver, node=node,
+                                 allowed_types=frozenset(allowed) or None)
+    outcomes = helper.prepare(refs)
     failed = 0
     for uid, outcome in outcomes.items():
         if outcome.error:

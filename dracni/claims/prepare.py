@@ -36,7 +36,7 @@ def prepare_claims(
     driver: str,
     node: str | None = None,
     allowed_types: frozenset[str] | None = None,
-    sources: dict[str, str] | None = None,
+    sources: dict[str, str | None] | None = None,
     ipamclaims: IpamClaimGetter | None = None,
 ) -> dict[str, PrepareOutcome]:
     """Resolve each ResourceClaim object and store its PreparedClaim record.

@@ -10,10 +10,10 @@ are used as a whole (they are not merged with earlier ones).
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Any
 
 from dracni.claims.params import ParameterError, validate_parameters
+from dracni.clock import now_rfc3339
 
 SOURCE_CLASS = "FromClass"
 SOURCE_CLAIM = "FromClaim"
@@ -60,14 +60,10 @@ def resolve_claim(
         "name": name,
         "driver": driver,
         "source": source,
-        "preparedAt": prepared_at or rfc3339_now(),
+        "preparedAt": prepared_at or now_rfc3339(),
         "pods": pods,
         "devices": devices,
     }
-
-
-def rfc3339_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # -- claim parts -------------------------------------------------------------------------

@@ -1,9 +1,10 @@
-"""Run delegate CNI plugins the way libcni's ``pkg/invoke`` does.
+"""Run delegate CNI plugins the way libcni's ``pkg/invoke`` does: find, negotiate, exec.
 
 Find ``<type>`` as a regular executable file in the ``CNI_PATH`` directories, exec it with
 the caller's environment overridden where the delegate's call differs, write its config to
 stdin and read its result (or CNI error) from stdout.  Exec is retried on "text file busy",
-which happens while an installer replaces a plugin binary.
+which happens while an installer replaces a plugin binary.  What runs in which order (a
+conflist) is ``dracni.cni.conflist``'s business.
 """
 
 from __future__ import annotations
@@ -17,27 +18,37 @@ from .. import jsonio
 from . import errors as E
 from .errors import CNIError
 from .log import log
-from .versions import LATEST, best_common_version, from_current
+from .versions import LATEST, best_common_version
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from ..state.store import PluginVersionCache
 
 _ETXTBSY_RETRIES = 5
-_VERSION_CACHE = "plugin-versions"
 DEFAULT_TIMEOUT = 120.0
 
 
 class DelegateRunner:
-    """Executes delegate plugins for one CNI invocation."""
+    """Executes delegate plugins for one CNI invocation.
 
-    def __init__(self, path: list[str], base_env: dict[str, str], state=None,
+    ``versions`` remembers delegates' VERSION answers across invocations (``get(key)`` and
+    ``put(key, versions)``, e.g. ``dracni.state.store.PluginVersionCache``); without it every
+    negotiation execs VERSION.
+    """
+
+    def __init__(self, path: list[str], base_env: dict[str, str], versions: PluginVersionCache | None = None,
                  timeout: float = DEFAULT_TIMEOUT) -> None:
         self.path = path
         self.base_env = base_env
-        self.state = state
+        self.versions = versions
         self.timeout = timeout
-        self._versions: dict[str, list[str]] | None = None
+        self._answers: dict[str, list[str]] = {}  # binary identity -> versions, this invocation
         self._found: dict[str, str] = {}  # type -> path, for this invocation (ADD looks each up twice)
 
     # -- lookup ---------------------------------------------------------------------------
-    def find(self, plugin_type: str, field: str = "type") -> str:
+    def find(self, plugin_type: object, field: str = "type") -> str:
         if not isinstance(plugin_type, str) or not plugin_type:
             raise CNIError(E.INVALID_CONFIG, f"{field}: delegate plugin type must be a non-empty string")
         if "/" in plugin_type or plugin_type in (".", ".."):
@@ -58,15 +69,14 @@ class DelegateRunner:
 
     # -- version negotiation ----------------------------------------------------------------
     def supported_versions(self, binary: str) -> list[str]:
-        """The delegate's VERSION answer, cached per binary identity in the state dir."""
+        """The delegate's VERSION answer, cached per binary identity."""
         st = os.stat(binary)
         key = f"{os.path.realpath(binary)}|{st.st_ino}|{st.st_mtime_ns}|{st.st_size}"
-        if self._versions is None:
-            self._versions = self.state.read_cache(_VERSION_CACHE) if self.state else {}
-            self._versions.pop("schema", None)
-            self._versions.pop("kind", None)
-        cached = self._versions.get(key)
-        if isinstance(cached, list):
+        cached = self._answers.get(key)
+        if cached is None and self.versions is not None:
+            cached = self.versions.get(key)
+        if cached is not None:
+            self._answers[key] = cached
             return cached
         # As libcni does: no per-container variables, empty CNI_ARGS.
         answer = self.exec(binary, "VERSION", {"cniVersion": LATEST}, ifname="", container_id="", netns="",
@@ -74,14 +84,14 @@ class DelegateRunner:
         versions = answer.get("supportedVersions") if answer else None
         if not isinstance(versions, list):
             raise CNIError(E.INVALID_CONFIG, f"delegate {binary} gave no supportedVersions in its VERSION answer")
-        self._versions[key] = [v for v in versions if isinstance(v, str)]
-        if self.state is not None:
+        answer_versions = [v for v in versions if isinstance(v, str)]
+        self._answers[key] = answer_versions
+        if self.versions is not None:
             try:
-                record = {k: v for k, v in self._versions.items() if os.path.exists(k.split("|", 1)[0])}
-                self.state.write_cache(_VERSION_CACHE, {"kind": "PluginVersions", **record})
+                self.versions.put(key, answer_versions)
             except Exception as exc:  # a cache: losing it only costs an exec next time
                 log.warning(f"cannot cache plugin versions: {exc}")
-        return self._versions[key]
+        return answer_versions
 
     def negotiate(self, binary: str, cap: str, field: str) -> str:
         theirs = self.supported_versions(binary)
@@ -93,8 +103,8 @@ class DelegateRunner:
         return version
 
     # -- exec -----------------------------------------------------------------------------
-    def exec(self, binary: str, command: str, conf: dict, *, ifname: str, container_id: str,
-             netns: str, cni_args: str | None = None) -> dict | None:
+    def exec(self, binary: str, command: str, conf: dict[str, Any], *, ifname: str, container_id: str,
+             netns: str, cni_args: str | None = None) -> dict[str, Any] | None:
         """Run one delegate command; return its decoded stdout (None when empty)."""
         import subprocess  # deferred: only paths that run delegates pay for it
 
@@ -153,25 +163,3 @@ def _delegate_error(name: str, command: str, out: bytes, stderr: bytes, rc: int)
     tail = (stderr or out).decode("utf-8", "replace").strip()[-500:]
     return CNIError(E.DELEGATE_FAILED, f"delegate {name} {command} failed with exit code {rc}", tail)
 
-
-def delegate_config(plugin: dict, *, network: str, version: str, runtime_config: dict,
-                    extra_capabilities: dict, prev_result: dict | None) -> dict:
-    """The config object one delegate of a conflist receives (libcni's rules).
-
-    ``name`` and ``cniVersion`` come from the list; ``runtimeConfig`` holds only the
-    capabilities the plugin declares (or the attachment enables); ``prevResult`` is the
-    result of the plugin before it in the chain, in this delegate's version.
-    """
-    conf = dict(plugin)
-    conf["name"] = network
-    conf["cniVersion"] = version
-    declared = plugin.get("capabilities") if isinstance(plugin.get("capabilities"), dict) else {}
-    enabled = {**declared, **extra_capabilities}
-    rc = {k: v for k, v in runtime_config.items() if enabled.get(k)}
-    conf.pop("runtimeConfig", None)
-    if rc:
-        conf["runtimeConfig"] = rc
-    conf.pop("prevResult", None)
-    if prev_result is not None:
-        conf["prevResult"] = from_current(prev_result, version)
-    return conf

@@ -57,12 +57,13 @@ def _fail(out, err: CNIError, version: str) -> int:
 
 
 def _dispatch(req) -> dict | None:
-    from ..state.store import StateDir
+    from ..state.store import PluginVersionCache, StateDir
     from .delegate import DEFAULT_TIMEOUT, DelegateRunner
     from .plugin import MetaPlugin, state_dir_for
 
     state = StateDir(state_dir_for(req))
-    runner = DelegateRunner(req.path, req.env, state, float(req.option("delegateTimeout", DEFAULT_TIMEOUT)))
+    runner = DelegateRunner(req.path, req.env, PluginVersionCache(state),
+                            float(req.option("delegateTimeout", DEFAULT_TIMEOUT)))
     plugin = MetaPlugin(req, state, runner)
     if req.command == "ADD":
         return plugin.add()

@@ -6,8 +6,7 @@ returned is an error, never silently overwritten.
 
 from __future__ import annotations
 
-import time
-
+from ..clock import now_rfc3339
 from ..status.entries import device_status_entry
 from ..status.sink import SinkError
 from .api import ApiError, KubeApi
@@ -56,4 +55,4 @@ def _conditions(existing: list[dict], ips: list[str]) -> list[dict]:
     if old and old.get("status") == "True" and old.get("message") == message:
         return others + [old]
     return others + [{"type": CONDITION_TYPE, "status": "True", "reason": CONDITION_REASON, "message": message,
-                      "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
+                      "lastTransitionTime": now_rfc3339()}]

@@ -23,16 +23,24 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent import futures
-from typing import Any, NamedTuple
+from typing import Any
 
 import grpc
 
 from dracni.kube.validation import is_driver_name
+from dracni.kubelet.answers import prepare_answers, unprepare_answers
+from dracni.claims.prepare import PrepareOutcome
+from dracni.kubelet.helper import ClaimRef
+from dracni.kubelet.sockets import (
+    check_socket_path,
+    dra_socket_path,
+    registration_socket_path,
+    remove_stale_socket,
+    wait_until_serving,
+)
 
 from dracni.kubelet.proto import (
     dra_v1_pb2,
@@ -51,40 +59,9 @@ PLUGIN_TYPE = "DRAPlugin"
 #: takes the first one of this list that it speaks.
 SUPPORTED_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 
-#: ``sun_path`` holds 108 bytes, the terminating NUL included.
-MAX_SOCKET_PATH_BYTES = 107
 
-
-class ClaimRef(NamedTuple):
-    """A claim as kubelet names it in NodePrepareResources / NodeUnprepareResources."""
-
-    namespace: str
-    uid: str
-    name: str
-
-
-PrepareCallback = Callable[[list[ClaimRef]], "Mapping[str, PrepareOutcome]"]
-UnprepareCallback = Callable[[list[ClaimRef]], "Mapping[str, str | None]"]
-
-
-def dra_socket_path(plugins_dir: str, driver: str) -> str:
-    """The DRA service socket: ``<plugins_dir>/<driver>/dra.sock``, absolute."""
-    return os.path.join(os.path.abspath(plugins_dir), driver, "dra.sock")
-
-
-def registration_socket_path(registry_dir: str, driver: str) -> str:
-    """The registration socket: ``<registry_dir>/<driver>-reg.sock``, absolute."""
-    return os.path.join(os.path.abspath(registry_dir), f"{driver}-reg.sock")
-
-
-def check_socket_path(path: str, what: str = "socket") -> None:
-    """Raise ValueError when ``path`` cannot be a unix socket address."""
-    size = len(os.fsencode(path))
-    if size > MAX_SOCKET_PATH_BYTES:
-        raise ValueError(
-            f"{what} path {path!r} is {size} bytes long; a unix socket path must be at most "
-            f"{MAX_SOCKET_PATH_BYTES} bytes: use a shorter directory"
-        )
+PrepareCallback = Callable[[list[ClaimRef]], Mapping[str, PrepareOutcome]]
+UnprepareCallback = Callable[[list[ClaimRef]], Mapping[str, str | None]]
 
 
 def check_driver_name(driver: str) -> None:
@@ -183,8 +160,8 @@ class DRAPluginServer:
             os.makedirs(os.path.dirname(self.dra_socket), mode=0o750, exist_ok=True)
             os.makedirs(os.path.dirname(self.registration_socket), mode=0o750, exist_ok=True)
             # The registration socket goes first: while it exists kubelet may dial it.
-            _remove_stale_socket(self.registration_socket)
-            _remove_stale_socket(self.dra_socket)
+            remove_stale_socket(self.registration_socket)
+            remove_stale_socket(self.dra_socket)
             try:
                 self._dra_server = grpc.server(
                     futures.ThreadPoolExecutor(max_workers=self._max_workers, thread_name_prefix="dracni-dra")
@@ -197,7 +174,7 @@ class DRAPluginServer:
                 )
                 self._bind(self._dra_server, self.dra_socket)
                 self._dra_server.start()
-                _wait_until_serving(self.dra_socket, ready_timeout)
+                wait_until_serving(self.dra_socket, ready_timeout)
 
                 self._reg_server = grpc.server(
                     futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="dracni-reg")
@@ -296,53 +273,6 @@ class DRAPluginServer:
 
     # -- the two DRA calls, independent of the API version -----------------------------------
 
-    def _run_prepare(self, claims: list[ClaimRef]) -> dict[str, tuple[list[dict], str | None]]:
-        """uid -> (devices, error) for every requested claim, whatever the callback does."""
-        if not claims:
-            return {}
-        try:
-            outcomes = self._prepare_cb(list(claims))
-            if not isinstance(outcomes, Mapping):
-                raise TypeError(f"prepare returned {type(outcomes).__name__}, not a mapping of claim UIDs")
-        except Exception as exc:
-            log.exception("preparing claims %s failed", _names(claims))
-            error = f"internal error: preparing claims failed: {type(exc).__name__}: {exc}"
-            return {c.uid: ([], error) for c in claims}
-        _warn_extra(outcomes, claims, "prepare")
-        results: dict[str, tuple[list[dict], str | None]] = {}
-        for claim in claims:
-            outcome = outcomes.get(claim.uid)
-            if outcome is None:
-                results[claim.uid] = ([], f"internal error: no outcome for claim {claim.namespace}/{claim.name}")
-                continue
-            try:
-                results[claim.uid] = _normalise_outcome(outcome)
-            except (TypeError, ValueError) as exc:
-                results[claim.uid] = ([], f"internal error: bad outcome for claim {claim.namespace}/{claim.name}: {exc}")
-        return results
-
-    def _run_unprepare(self, claims: list[ClaimRef]) -> dict[str, str | None]:
-        """uid -> error (None: done) for every requested claim, whatever the callback does."""
-        if not claims:
-            return {}
-        try:
-            outcomes = self._unprepare_cb(list(claims))
-            if not isinstance(outcomes, Mapping):
-                raise TypeError(f"unprepare returned {type(outcomes).__name__}, not a mapping of claim UIDs")
-        except Exception as exc:
-            log.exception("unpreparing claims %s failed", _names(claims))
-            error = f"internal error: unpreparing claims failed: {type(exc).__name__}: {exc}"
-            return {c.uid: error for c in claims}
-        _warn_extra(outcomes, claims, "unprepare")
-        results: dict[str, str | None] = {}
-        for claim in claims:
-            if claim.uid not in outcomes:
-                results[claim.uid] = f"internal error: no outcome for claim {claim.namespace}/{claim.name}"
-                continue
-            error = outcomes[claim.uid]
-            results[claim.uid] = str(error) if error else None
-        return results
-
 
 class _DRAService:
     """``DRAPlugin`` of one API version; the messages differ only in v1's ``share_id``."""
@@ -355,7 +285,7 @@ class _DRAService:
 
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         claims = _claim_refs(request.claims)
-        results = self._owner._run_prepare(claims)
+        results = prepare_answers(self._owner._prepare_cb, claims)
         response = self._pb2.NodePrepareResourcesResponse()
         failed = 0
         for uid, (devices, error) in results.items():
@@ -377,7 +307,7 @@ class _DRAService:
 
     def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         claims = _claim_refs(request.claims)
-        results = self._owner._run_unprepare(claims)
+        results = unprepare_answers(self._owner._unprepare_cb, claims)
         response = self._pb2.NodeUnprepareResourcesResponse()
         failed = 0
         for uid, error in results.items():
@@ -418,41 +348,6 @@ def _claim_refs(claims: Iterable[Any]) -> list[ClaimRef]:
     return refs
 
 
-def _normalise_outcome(outcome: Any) -> tuple[list[dict], str | None]:
-    error = getattr(outcome, "error", None)
-    if error:
-        return [], str(error)
-    devices = getattr(outcome, "devices", None)
-    if devices is None:
-        raise TypeError(f"{type(outcome).__name__} has no devices")
-    normalised = []
-    for dev in devices:
-        if not isinstance(dev, Mapping):
-            raise TypeError(f"device entry {dev!r} is not a mapping")
-        pool, device = dev.get("pool"), dev.get("device")
-        if not pool or not device:
-            raise ValueError(f"device entry {dict(dev)!r} lacks pool or device")
-        normalised.append(
-            {
-                "request": str(dev.get("request") or ""),
-                "pool": str(pool),
-                "device": str(device),
-                "shareID": str(dev.get("shareID") or ""),
-            }
-        )
-    return normalised, None
-
-
-def _warn_extra(outcomes: Mapping[str, Any], claims: list[ClaimRef], call: str) -> None:
-    extra = set(outcomes) - {c.uid for c in claims}
-    if extra:  # kubelet fails the whole call on a UID it did not ask for: drop them
-        log.warning("%s answered for claims kubelet did not ask for, ignored: %s", call, sorted(extra))
-
-
-def _names(claims: list[ClaimRef]) -> str:
-    return ", ".join(f"{c.namespace}/{c.name} ({c.uid})" for c in claims)
-
-
 def _log_call(call: str, version: str, claims: list[ClaimRef], results: Mapping[str, Any], failed: int) -> None:
     if failed:
         for claim in claims:
@@ -461,30 +356,3 @@ def _log_call(call: str, version: str, claims: list[ClaimRef], results: Mapping[
             if error:
                 log.warning("%s %s/%s (%s): %s", call, claim.namespace, claim.name, claim.uid, error)
     log.info("%s (%s): %d claims, %d failed", call, version, len(claims), failed)
-
-
-def _remove_stale_socket(path: str) -> None:
-    """Remove what a crashed predecessor left at ``path`` (binding would fail on it)."""
-    try:
-        os.unlink(path)
-        log.info("removed stale socket %s", path)
-    except FileNotFoundError:
-        pass
-    except IsADirectoryError:
-        raise OSError(f"cannot listen on {path}: it is a directory") from None
-
-
-def _wait_until_serving(path: str, timeout: float) -> None:
-    """Return once the server on ``path`` accepts connections (connect() succeeds only on a
-    listening socket).  A raw connect: gRPC's channel_ready_future polls in 0.2 s steps."""
-    deadline = time.monotonic() + timeout
-    while True:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(max(0.1, deadline - time.monotonic()))
-            try:
-                sock.connect(path)
-                return
-            except OSError as exc:
-                if time.monotonic() >= deadline:
-                    raise OSError(f"the DRA server on {path} accepted no connection within {timeout} s: {exc}") from None
-        time.sleep(0.01)

@@ -38,13 +38,13 @@ class Service:
 
     def __init__(self, opts: ServiceOptions) -> None:
         from ..kube.api import KubeApi, load_api_client
-        from ..kube.claim_cache import ClaimCache
+        from ..claims.api_source import ClaimCache
         from ..kube.ipamclaims import IpamClaimWriter
         from ..kube.status_sink import ApiStatusSink
+        from ..kubelet.helper import KubeletPluginHelper
         from ..kubelet.server import DRAPluginServer
         from ..state.store import StateDir
-        from .metrics import HealthServer
-        from .preparer import Preparer
+        from .metrics import HealthServer, observed_prepare, observed_unprepare
         from .slice_publisher import SlicePublisher
         from .status_publisher import StatusPublisher
 
@@ -53,11 +53,11 @@ class Service:
         self.state = StateDir(opts.state_dir)
         self.api = KubeApi(load_api_client(opts.kubeconfig))
         self.claims = ClaimCache(self.api)
-        self.preparer = Preparer(state=self.state, claims=self.claims, driver=opts.driver, node=opts.node,
-                                 allowed_types=opts.allowed_types, ipamclaims=self.api.get_ipamclaim)
+        self.helper = KubeletPluginHelper(state=self.state, claims=self.claims, driver=opts.driver, node=opts.node,
+                                          allowed_types=opts.allowed_types, ipamclaims=self.api.get_ipamclaim)
         self.grpc = DRAPluginServer(driver=opts.driver, plugins_dir=opts.plugins_dir,
-                                    registry_dir=opts.registry_dir, prepare=self.preparer.prepare,
-                                    unprepare=self.preparer.unprepare)
+                                    registry_dir=opts.registry_dir, prepare=observed_prepare(self.helper.prepare),
+                                    unprepare=observed_unprepare(self.helper.unprepare))
         self.status = StatusPublisher(self.state, ApiStatusSink(self.api), opts.driver,
                                       on_published=IpamClaimWriter(self.api, opts.driver).sync)
         self.slices = SlicePublisher(self.api, driver=opts.driver, node=opts.node, include=opts.nic_include or None,

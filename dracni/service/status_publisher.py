@@ -52,11 +52,6 @@ class StatusPublisher:
         self.sink = TimedSink(sink)
         self.driver = driver
         self.published = 0
-        self._wake = threading.Event()
-
-    def nudge(self) -> None:
-        """Drain now (used by tests and by the service at start)."""
-        self._wake.set()
 
     def run(self, stop: threading.Event) -> None:
         from inotify_simple import INotify, flags
@@ -95,9 +90,6 @@ class StatusPublisher:
     def _wait(self, notifier, stop: threading.Event, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         while not stop.is_set():
-            if self._wake.is_set():
-                self._wake.clear()
-                return
             left = deadline - time.monotonic()
             if left <= 0:
                 return

@@ -26,41 +26,24 @@ import os
 
 from .. import jsonio
 from ..atomicfile import fsync_dir, write_atomic
+from . import records as R
+from .records import SCHEMA_VERSION, attachment_key, claim_pod_keys, pod_index_keys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~7 ms to import; annotations are strings (PEP 563)
-    from typing import Callable
+    from typing import Any, Callable
 
-SCHEMA_VERSION = 1
+    from .records import JSON, Attachment, DeviceFact, OutboxClaim, PodIndex, PreparedClaim, StatusOutbox
+
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 #: How long a writer waits for the state lock before giving up (seconds).
 LOCK_TIMEOUT = 30.0
 
-Record = dict  # a JSON object, see spec/state-records.schema.json
 
 
 class StateError(Exception):
     """The state directory cannot be read or written."""
-
-
-def attachment_key(network: str, container_id: str, ifname: str) -> str:
-    """File stem of an attachment record.
-
-    CNI restricts network names and container IDs to ``[a-zA-Z0-9_.-]``, so ``+`` separates
-    them unambiguously; the interface name comes last because it may contain ``+``.
-    """
-    return f"{network}+{container_id}+{ifname}"
-
-
-def pod_index_keys(pod_uid: str | None, namespace: str | None, name: str | None) -> list[str]:
-    """Index file stems for a pod: by UID, and by namespace/name (DNS names hold no ``_``)."""
-    keys = []
-    if pod_uid:
-        keys.append(f"uid_{pod_uid}")
-    if namespace and name:
-        keys.append(f"name_{namespace}_{name}")
-    return keys
 
 
 def _safe_component(value: str, what: str) -> str:
@@ -130,7 +113,7 @@ class StateDir:
         return self._owner == _thread.get_ident()
 
     # -- low-level record I/O --------------------------------------------------------------
-    def _read(self, path: str) -> Record | None:
+    def _read(self, path: str) -> Any:
         try:
             with open(path, "rb") as f:
                 data = f.read()
@@ -142,11 +125,12 @@ class StateDir:
             record = jsonio.loads(data)
         except ValueError as exc:
             raise StateError(f"corrupt state record {path}: {exc}") from exc
-        if not isinstance(record, dict) or record.get("schema") != SCHEMA_VERSION:
-            raise StateError(f"state record {path} has an unknown schema version")
-        return record
+        try:
+            return R.check_record(record, path)
+        except R.RecordError as exc:
+            raise StateError(str(exc)) from exc
 
-    def _write(self, path: str, record: Record) -> None:
+    def _write(self, path: str, record: Any) -> None:
         """Atomically replace ``path`` with ``record``; the caller holds the lock."""
         assert self._holds_lock(), "state writes must hold the state lock"
         record["schema"] = SCHEMA_VERSION
@@ -176,10 +160,11 @@ class StateDir:
         return sorted(n[:-5] for n in names if n.endswith(".json"))
 
     # -- prepared claims and the pod index -------------------------------------------------
-    def read_claim(self, uid: str) -> Record | None:
-        return self._read(self._path("claims", uid))
+    def read_claim(self, uid: str) -> PreparedClaim | None:
+        record: PreparedClaim | None = self._read(self._path("claims", uid))
+        return record
 
-    def list_claims(self) -> list[Record]:
+    def list_claims(self) -> list[PreparedClaim]:
         return [r for r in (self.read_claim(u) for u in self._list("claims")) if r]
 
     def pod_claim_uids(self, pod_uid: str | None, namespace: str | None, name: str | None) -> list[str]:
@@ -193,7 +178,7 @@ class StateDir:
                 return list(index.get("claims", []))
         return []
 
-    def pod_claims(self, pod_uid: str | None, namespace: str | None, name: str | None) -> list[Record]:
+    def pod_claims(self, pod_uid: str | None, namespace: str | None, name: str | None) -> list[PreparedClaim]:
         claims = []
         for uid in self.pod_claim_uids(pod_uid, namespace, name):
             record = self.read_claim(uid)
@@ -201,10 +186,10 @@ class StateDir:
                 claims.append(record)
         return claims
 
-    def put_claim(self, record: Record) -> None:
+    def put_claim(self, record: PreparedClaim) -> None:
         self.put_claims([record])
 
-    def put_claims(self, records: list[Record]) -> None:
+    def put_claims(self, records: list[PreparedClaim]) -> None:
         """Store prepared claims and index them under every pod they are reserved for.
 
         One lock hold and one write per pod index file however many claims a pod has
@@ -215,39 +200,40 @@ class StateDir:
             removes: dict[str, list[str]] = {}
             for record in records:
                 old = self.read_claim(record["uid"])
-                record.setdefault("kind", "PreparedClaim")
+                record.setdefault("kind", R.PREPARED_CLAIM)  # type: ignore[typeddict-item]
                 self._write(self._path("claims", record["uid"]), record)
-                new_keys = _claim_pod_keys(record)
+                new_keys = claim_pod_keys(record)
                 for key in new_keys:
                     adds.setdefault(key, []).append(record["uid"])
-                for key in (_claim_pod_keys(old) if old else set()) - new_keys:
+                for key in (claim_pod_keys(old) if old else set()) - new_keys:
                     removes.setdefault(key, []).append(record["uid"])
             for key in sorted(set(adds) | set(removes)):
                 self._index_update(key, add=adds.get(key, []), remove=removes.get(key, []))
 
-    def remove_claim(self, uid: str) -> Record | None:
+    def remove_claim(self, uid: str) -> PreparedClaim | None:
         """Forget a prepared claim (attachments stay: DEL may still come)."""
         return self.remove_claims([uid]).get(uid)
 
-    def remove_claims(self, uids: list[str]) -> dict[str, Record | None]:
+    def remove_claims(self, uids: list[str]) -> dict[str, PreparedClaim | None]:
         with self.locked():
-            removed: dict[str, Record | None] = {}
+            removed: dict[str, PreparedClaim | None] = {}
             removes: dict[str, list[str]] = {}
             for uid in uids:
                 old = self.read_claim(uid)
                 removed[uid] = old
                 if old is None:
                     continue
-                for key in _claim_pod_keys(old):
+                for key in claim_pod_keys(old):
                     removes.setdefault(key, []).append(uid)
                 self._delete(self._path("claims", uid))
             for key in sorted(removes):
                 self._index_update(key, remove=removes[key])
             return removed
 
-    def _index_update(self, key: str, add: list[str] = (), remove: list[str] = ()) -> None:
+    def _index_update(self, key: str, add: tuple[str, ...] | list[str] = (),
+                      remove: tuple[str, ...] | list[str] = ()) -> None:
         path = self._path("pods", key)
-        index = self._read(path) or {"kind": "PodIndex", "claims": []}
+        index: PodIndex = self._read(path) or R.new_pod_index()
         claims: list[str] = [uid for uid in index["claims"] if uid not in remove]
         claims += [uid for uid in add if uid not in claims]
         if claims == index["claims"] and os.path.exists(path):
@@ -259,10 +245,10 @@ class StateDir:
             self._delete(path)
 
     # -- attachments ---------------------------------------------------------------------
-    def read_attachment(self, network: str, container_id: str, ifname: str) -> Record | None:
+    def read_attachment(self, network: str, container_id: str, ifname: str) -> Attachment | None:
         return self._read(self._path("attachments", attachment_key(network, container_id, ifname)))
 
-    def list_attachments(self, network: str | None = None) -> list[Record]:
+    def list_attachments(self, network: str | None = None) -> list[Attachment]:
         stems = self._list("attachments")
         if network is not None:
             stems = [s for s in stems if s.startswith(network + "+")]
@@ -273,8 +259,8 @@ class StateDir:
                 records.append(record)
         return records
 
-    def put_attachment(self, record: Record) -> None:
-        record.setdefault("kind", "Attachment")
+    def put_attachment(self, record: Attachment) -> None:
+        record.setdefault("kind", R.ATTACHMENT)  # type: ignore[typeddict-item]
         key = attachment_key(record["network"], record["containerID"], record["ifName"])
         with self.locked():
             self._write(self._path("attachments", key), record)
@@ -284,13 +270,13 @@ class StateDir:
             return self._delete(self._path("attachments", attachment_key(network, container_id, ifname)))
 
     # -- status outbox -------------------------------------------------------------------
-    def read_outbox(self, claim_uid: str) -> Record | None:
+    def read_outbox(self, claim_uid: str) -> StatusOutbox | None:
         return self._read(self._path("outbox", claim_uid))
 
-    def list_outbox(self) -> list[Record]:
+    def list_outbox(self) -> list[StatusOutbox]:
         return [r for r in (self.read_outbox(u) for u in self._list("outbox")) if r]
 
-    def update_outbox(self, claim: Record, change: Callable[[list[Record]], list[Record]]) -> Record:
+    def update_outbox(self, claim: OutboxClaim, change: Callable[[list[DeviceFact]], list[DeviceFact]]) -> StatusOutbox:
         """Apply ``change`` to the claim's desired status facts and bump its sequence number.
 
         ``claim`` is ``{"uid", "namespace", "name"}`` (plus ``driver``).  The publisher
@@ -299,14 +285,7 @@ class StateDir:
         """
         with self.locked():
             path = self._path("outbox", claim["uid"])
-            record = self._read(path) or {
-                "kind": "StatusOutbox",
-                "claim": {k: claim[k] for k in ("uid", "namespace", "name")},
-                "driver": claim.get("driver"),
-                "seq": 0,
-                "publishedSeq": 0,
-                "devices": [],
-            }
+            record: StatusOutbox = self._read(path) or R.new_outbox(claim)
             record["devices"] = change(list(record["devices"]))
             record["seq"] += 1
             self._write(path, record)
@@ -329,7 +308,7 @@ class StateDir:
                 self._write(path, record)
             return record["seq"] == seq
 
-    def pending_outbox(self, errors: dict[str, str] | None = None) -> list[Record]:
+    def pending_outbox(self, errors: dict[str, str] | None = None) -> list[StatusOutbox]:
         """Records whose newest state is not yet published.
 
         With ``errors``, an unreadable record is reported there (uid -> message) instead of
@@ -344,18 +323,18 @@ class StateDir:
                     raise
                 errors[uid] = str(exc)
                 continue
-            if record is not None and record.get("seq", 0) > record.get("publishedSeq", 0):
+            if record is not None and R.is_pending(record):
                 pending.append(record)
         return pending
 
     # -- small caches ----------------------------------------------------------------------
-    def read_cache(self, name: str) -> Record:
+    def read_cache(self, name: str) -> JSON:
         try:
             return self._read(self._path("cache", name)) or {}
         except StateError:
             return {}
 
-    def write_cache(self, name: str, record: Record) -> None:
+    def write_cache(self, name: str, record: JSON) -> None:
         with self.locked():
             self._write(self._path("cache", name), record)
 
@@ -372,6 +351,35 @@ class StateDir:
                 os.unlink(probe)
             except OSError as exc:
                 raise StateError(f"state directory {self.root} is not writable: {exc.strerror}") from exc
+
+
+class PluginVersionCache:
+    """Delegates' VERSION answers, kept in ``cache/plugin-versions.json`` across invocations.
+
+    Keys name a binary's identity (path, inode, mtime, size: the delegate runner builds them,
+    the path first, up to a ``|``); entries of binaries that no longer exist are dropped on write.
+    """
+
+    NAME = "plugin-versions"
+
+    def __init__(self, state: StateDir) -> None:
+        self.state = state
+        self._entries: dict[str, list[str]] | None = None
+
+    def get(self, key: str) -> list[str] | None:
+        if self._entries is None:
+            record = self.state.read_cache(self.NAME)
+            self._entries = {k: v for k, v in record.items() if isinstance(v, list)}
+        return self._entries.get(key)
+
+    def put(self, key: str, versions: list[str]) -> None:
+        """Remember an answer; raises StateError when it cannot be written (a cache: callers may go on)."""
+        if self._entries is None:
+            self.get(key)
+        assert self._entries is not None
+        self._entries[key] = versions
+        live = {k: v for k, v in self._entries.items() if os.path.exists(k.split("|", 1)[0])}
+        self.state.write_cache(self.NAME, {"kind": R.PLUGIN_VERSIONS, **live})
 
 
 class FlockFile:
@@ -426,9 +434,3 @@ class _Held:
     def __exit__(self, *exc_info: object) -> None:
         self.state._release()
 
-
-def _claim_pod_keys(record: Record) -> set[str]:
-    keys: set[str] = set()
-    for pod in record.get("pods", []):
-        keys.update(pod_index_keys(pod.get("uid"), record.get("namespace"), pod.get("name")))
-    return keys

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from dracni.cni import errors as E
-from dracni.cni.delegate import DelegateRunner, delegate_config
+from dracni.cni.conflist import delegate_config
+from dracni.cni.delegate import DelegateRunner
 from dracni.cni.errors import CNIError
-from dracni.state.store import StateDir
+from dracni.state.store import PluginVersionCache, StateDir
 
 PY = sys.executable
 BASE_PATH = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
@@ -50,7 +51,8 @@ def bindir(tmp_path: Path) -> Path:
 
 
 def runner(*dirs: Path, env: dict | None = None, state: StateDir | None = None, timeout: float = 30) -> DelegateRunner:
-    return DelegateRunner([str(d) for d in dirs], {"PATH": BASE_PATH} if env is None else env, state, timeout)
+    versions = PluginVersionCache(state) if state is not None else None
+    return DelegateRunner([str(d) for d in dirs], {"PATH": BASE_PATH} if env is None else env, versions, timeout)
 
 
 def run_add(r: DelegateRunner, binary: Path | str, conf: dict | None = None, **kw) -> dict | None:

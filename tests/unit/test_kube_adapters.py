@@ -9,10 +9,10 @@ import time
 import pytest
 
 from dracni.kube.api import ApiError, KubeApi, load_api_client
-from dracni.kube.claim_cache import ClaimCache
+from dracni.claims.api_source import ClaimCache
 from dracni.kube.status_sink import ApiStatusSink
-from dracni.kubelet.server import ClaimRef
-from dracni.service.preparer import Preparer
+from dracni.kubelet.helper import ClaimRef
+from dracni.kubelet.helper import KubeletPluginHelper as Preparer
 from dracni.state.store import StateDir
 from dracni.status.sink import SinkError
 from tests.fakes.apiserver import FakeApiServer

@@ -20,7 +20,7 @@ import jsonschema
 import pytest
 
 from dracni.cni.delegate import DelegateRunner
-from dracni.state.store import SCHEMA_VERSION, StateDir, StateError
+from dracni.state.store import SCHEMA_VERSION, PluginVersionCache, StateDir, StateError
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO / "spec" / "state-records.schema.json"
@@ -343,7 +343,8 @@ def test_plugin_version_cache_record_validates_against_the_schema(state: StateDi
     plugin = plugin_dir / "fake"
     plugin.write_text('#!/bin/sh\ncat >/dev/null\necho \'{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}\'\n')
     plugin.chmod(0o755)
-    DelegateRunner([str(plugin_dir)], {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, state).supported_versions(
+    DelegateRunner([str(plugin_dir)], {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                   PluginVersionCache(state)).supported_versions(
         str(plugin))
     record = json.loads((root / "cache" / "plugin-versions.json").read_text())
     assert record["schema"] == 1 and record["kind"] == "PluginVersions"

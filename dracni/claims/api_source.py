@@ -1,4 +1,4 @@
-"""A watch-backed cache of ResourceClaims, with a GET on a miss.
+"""The API server as a claim source: a watch-backed cache of ResourceClaims, with a GET on a miss.
 
 Kubelet asks to prepare a claim right after the scheduler allocated it and reserved it for the
 pod being started, so the watch may not have delivered that version yet.  A stale copy would
@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from .api import ApiError, KubeApi
+from ..kube.api import ApiError, KubeApi
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,10 @@ class ClaimCache:
         if fresh is not None:
             self._store(fresh)
         return fresh
+
+    def path_of(self, namespace: str, name: str) -> str | None:
+        """Claims from the API server come from no file."""
+        return None
 
     def __len__(self) -> int:
         with self._lock:

@@ -1,0 +1,287 @@
+"""Every record of the on-node state directory: what it holds, how it is built and merged.
+
+The contract is ``spec/state-records.schema.json`` (schema version ``SCHEMA_VERSION``); this
+module is its one home in the code.  Records stay plain JSON objects at run time (the CNI hot
+path imports neither ``typing`` nor ``dataclasses``); their shapes are ``TypedDict`` classes
+for the type checker only.
+
+- ``PreparedClaim`` (``claims/<uid>.json``): what prepare resolved for one claim, written by
+  the service or ``dracni prepare``, read by the CNI plugin.
+- ``PodIndex`` (``pods/uid_<uid>.json``, ``pods/name_<ns>_<name>.json``): a pod's claim UIDs.
+- ``Attachment`` (``attachments/<net>+<cid>+<if>.json``): one CNI ADD, written before the first
+  delegate runs, holding everything DEL, CHECK and GC need (so they work without the claim).
+- ``StatusOutbox`` (``outbox/<claimUID>.json``): the desired ``status.devices`` facts of one
+  claim, with ``seq``/``publishedSeq`` for the publisher.
+- ``PluginVersions`` (``cache/plugin-versions.json``): delegates' VERSION answers.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs ~7 ms to import: the shapes exist for the type checker only
+    from typing import Any, Literal, NotRequired, TypedDict
+
+    JSON = dict[str, Any]
+
+    class ClaimRef(TypedDict):
+        uid: str
+        namespace: str
+        name: str
+
+    class OutboxClaim(ClaimRef):
+        driver: NotRequired[str | None]
+
+    class PodRef(TypedDict):
+        uid: str
+        name: str
+
+    class CniError(TypedDict):
+        code: int
+        msg: str
+        details: str
+
+    class DeviceSpec(TypedDict):
+        """One allocated device of a PreparedClaim, with its validated parameters."""
+
+        request: str
+        pool: str
+        device: str
+        shareID: str | None
+        ifName: str | None
+        config: JSON  # a conflist: name, cniVersion?, plugins
+        runtimeConfig: JSON
+        capabilities: dict[str, bool]
+        persistentIPs: bool
+        ipamClaim: str | None
+        requestedIPs: NotRequired[list[str]]
+
+    class PreparedClaim(TypedDict):
+        kind: Literal["PreparedClaim"]
+        uid: str
+        namespace: str
+        name: str
+        driver: str
+        source: str | None
+        preparedAt: str
+        pods: list[PodRef]
+        devices: list[DeviceSpec]
+        schema: NotRequired[int]
+
+    class PodIndex(TypedDict):
+        kind: Literal["PodIndex"]
+        claims: list[str]
+        schema: NotRequired[int]
+
+    class Delegate(TypedDict):
+        """One plugin of a device's delegate conflist, as it was (or will be) executed."""
+
+        type: str
+        cniVersion: str  # the version handed to the delegate
+        config: JSON  # exactly what was sent, without prevResult
+        added: bool  # ADD ran, so DEL is owed
+        result: JSON | None
+
+    class AttachedDevice(TypedDict):
+        claim: ClaimRef
+        request: str
+        pool: str
+        device: str
+        shareID: str | None
+        ifName: str
+        driver: str | None
+        delegates: list[Delegate]
+        result: JSON | None  # the chain's final result, internal 1.x form
+        error: CniError | None
+        persistentIPs: bool
+        ipamClaim: str | None
+        requestedIPs: list[str]
+
+    class PodIdentity(TypedDict):
+        uid: str | None
+        namespace: str | None
+        name: str | None
+
+    class Attachment(TypedDict):
+        kind: Literal["Attachment"]
+        network: str
+        containerID: str
+        ifName: str
+        netns: str
+        cniArgs: str
+        cniVersion: str
+        pod: PodIdentity
+        state: Literal["adding", "ready", "failed"]
+        error: CniError | None
+        updatedAt: str
+        devices: list[AttachedDevice]
+        schema: NotRequired[int]
+
+    class DeviceFact(TypedDict):
+        """What ``status.devices`` should say about one device of a claim."""
+
+        request: str
+        pool: str
+        device: str
+        shareID: str | None
+        ifName: str
+        ready: bool
+        result: JSON | None
+        error: CniError | None
+        containerID: str
+        podUID: str | None
+        podName: str | None
+        updatedAt: str
+        ipamClaim: NotRequired[str | None]
+        keptIPs: NotRequired[list[str]]
+        detached: NotRequired[bool]
+
+    class StatusOutbox(TypedDict):
+        kind: Literal["StatusOutbox"]
+        claim: ClaimRef
+        driver: str | None
+        seq: int
+        publishedSeq: int
+        devices: list[DeviceFact]
+        schema: NotRequired[int]
+
+
+SCHEMA_VERSION = 1
+
+PREPARED_CLAIM = "PreparedClaim"
+POD_INDEX = "PodIndex"
+ATTACHMENT = "Attachment"
+STATUS_OUTBOX = "StatusOutbox"
+PLUGIN_VERSIONS = "PluginVersions"
+
+
+class RecordError(Exception):
+    """A record that cannot be read as what it claims to be."""
+
+
+# -- file names ---------------------------------------------------------------------------
+def attachment_key(network: str, container_id: str, ifname: str) -> str:
+    """File stem of an attachment record.
+
+    CNI restricts network names and container IDs to ``[a-zA-Z0-9_.-]``, so ``+`` separates
+    them unambiguously; the interface name comes last because it may contain ``+``.
+    """
+    return f"{network}+{container_id}+{ifname}"
+
+
+def pod_index_keys(pod_uid: str | None, namespace: str | None, name: str | None) -> list[str]:
+    """Index file stems for a pod: by UID, and by namespace/name (DNS names hold no ``_``)."""
+    keys = []
+    if pod_uid:
+        keys.append(f"uid_{pod_uid}")
+    if namespace and name:
+        keys.append(f"name_{namespace}_{name}")
+    return keys
+
+
+def claim_pod_keys(claim: PreparedClaim) -> set[str]:
+    """Every pod index a prepared claim belongs in."""
+    keys: set[str] = set()
+    for pod in claim.get("pods", []):
+        keys.update(pod_index_keys(pod.get("uid"), claim.get("namespace"), pod.get("name")))
+    return keys
+
+
+# -- builders -----------------------------------------------------------------------------
+def new_pod_index() -> PodIndex:
+    return {"kind": "PodIndex", "claims": []}
+
+
+def cni_error(code: int, msg: str, details: str = "") -> CniError:
+    return {"code": code, "msg": msg, "details": details}
+
+
+def claim_ref(uid: str, namespace: str, name: str) -> ClaimRef:
+    return {"uid": uid, "namespace": namespace, "name": name}
+
+
+def new_attachment(*, network: str, container_id: str, ifname: str, netns: str, cni_args: str,
+                   cni_version: str, pod: PodIdentity, updated_at: str) -> Attachment:
+    """An Attachment in state ``adding``, before any delegate ran (the write-ahead record)."""
+    return {
+        "kind": "Attachment", "network": network, "containerID": container_id, "ifName": ifname,
+        "netns": netns, "cniArgs": cni_args, "cniVersion": cni_version, "pod": pod,
+        "state": "adding", "error": None, "updatedAt": updated_at, "devices": [],
+    }
+
+
+def attached_device(claim: ClaimRef, driver: str | None, spec: DeviceSpec, ifname: str,
+                    delegates: list[Delegate]) -> AttachedDevice:
+    """One device of an Attachment, from the prepared device it attaches."""
+    return {
+        "claim": claim, "request": spec["request"], "pool": spec["pool"], "device": spec["device"],
+        "shareID": spec.get("shareID"), "ifName": ifname, "driver": driver, "delegates": delegates,
+        "result": None, "error": None,
+        "persistentIPs": bool(spec.get("persistentIPs") or spec.get("ipamClaim")),
+        "ipamClaim": spec.get("ipamClaim"), "requestedIPs": spec.get("requestedIPs") or [],
+    }
+
+
+def new_outbox(claim: OutboxClaim) -> StatusOutbox:
+    return {"kind": "StatusOutbox", "claim": claim_ref(claim["uid"], claim["namespace"], claim["name"]),
+            "driver": claim.get("driver"), "seq": 0, "publishedSeq": 0, "devices": []}
+
+
+def is_pending(outbox: StatusOutbox) -> bool:
+    """The outbox holds a state the publisher has not sent yet."""
+    return outbox.get("seq", 0) > outbox.get("publishedSeq", 0)
+
+
+# -- status facts -------------------------------------------------------------------------
+def device_fact(record: Attachment, dev: AttachedDevice) -> DeviceFact:
+    """What the claim status should say about ``dev`` after this ADD (ready or failed)."""
+    pod = record.get("pod") or {}
+    fact: DeviceFact = {
+        "request": dev["request"], "pool": dev["pool"], "device": dev["device"], "shareID": dev.get("shareID"),
+        "ifName": dev["ifName"], "ready": record["state"] == "ready" and dev.get("error") is None,
+        "result": dev.get("result"), "error": dev.get("error"), "containerID": record["containerID"],
+        "podUID": pod.get("uid"), "podName": pod.get("name"), "updatedAt": record["updatedAt"],
+    }
+    if dev.get("persistentIPs"):
+        fact["ipamClaim"] = dev.get("ipamClaim")
+        fact["keptIPs"] = list(dev.get("requestedIPs") or [])
+    return fact
+
+
+def detached_fact(record: Attachment, dev: AttachedDevice, kept_ips: list[str], updated_at: str) -> DeviceFact:
+    """A persistent attachment after DEL: Ready=False (Detached), its addresses kept."""
+    fact = device_fact(record, dev)
+    fact.update(ready=False, detached=True, result=None, error=None, updatedAt=updated_at, keptIPs=kept_ips)
+    return fact
+
+
+def fact_key(fact: DeviceFact) -> tuple[str, str, str | None]:
+    """A fact's identity: one ``status.devices`` entry per (pool, device, shareID)."""
+    return fact["pool"], fact["device"], fact.get("shareID")
+
+
+def devices_by_claim(record: Attachment) -> dict[str, list[AttachedDevice]]:
+    """An attachment's devices grouped by claim UID, in record order."""
+    out: dict[str, list[AttachedDevice]] = {}
+    for dev in record["devices"]:
+        out.setdefault(dev["claim"]["uid"], []).append(dev)
+    return out
+
+
+def upsert_facts(old: list[DeviceFact], new: list[DeviceFact]) -> list[DeviceFact]:
+    """``old`` with every fact of the same identity as one of ``new`` replaced by it."""
+    keys = {fact_key(f) for f in new}
+    return [f for f in old if fact_key(f) not in keys] + new
+
+
+def retract_facts(old: list[DeviceFact], container_id: str, kept: list[DeviceFact]) -> list[DeviceFact]:
+    """After DEL: drop the container's facts; ``kept`` (Detached) replace theirs."""
+    keys = {fact_key(f) for f in kept}
+    return [f for f in old if f.get("containerID") != container_id and fact_key(f) not in keys] + kept
+
+
+# -- readers ------------------------------------------------------------------------------
+def check_record(record: object, where: str) -> JSON:
+    """A decoded record file: a JSON object of this schema version, or RecordError."""
+    if not isinstance(record, dict) or record.get("schema") != SCHEMA_VERSION:
+        raise RecordError(f"state record {where} has an unknown schema version")
+    return record
