@@ -45,7 +45,7 @@ class Service:
         from ..state.store import StateDir
         from .metrics import HealthServer
         from .preparer import Preparer
-        from .slice_publisher import SlicePublisher
+        from ..inventory.publisher import SlicePublisher
         from .status_publisher import StatusPublisher
 
         self.opts = opts
