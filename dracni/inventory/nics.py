@@ -23,6 +23,7 @@ import fnmatch
 import os
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "Nic",
@@ -184,7 +185,7 @@ def hardware_facts(name: str, sysfs_root: str = "/sys", *, ifindex: int | None =
     PCI function when the class entry is missing or unusable.  Unreadable files give None.
     """
     entry = os.path.join(sysfs_root, "class", "net", name)
-    facts: dict = {}
+    facts: dict[str, Any] = {}
     pci_dir: str | None = None
     device_dir: str | None = None
 
@@ -233,7 +234,7 @@ def hardware_facts(name: str, sysfs_root: str = "/sys", *, ifindex: int | None =
 # -- netlink --------------------------------------------------------------------------------------
 
 
-def _alt_names(msg) -> tuple[str, ...]:
+def _alt_names(msg: Any) -> tuple[str, ...]:
     props = msg.get_attr("IFLA_PROP_LIST")
     if props is None:
         return ()
@@ -243,7 +244,7 @@ def _alt_names(msg) -> tuple[str, ...]:
         return ()
 
 
-def _open_rtnl(netns: str | None):
+def _open_rtnl(netns: str | None) -> Any:
     from pyroute2 import IPRoute, NetNS
 
     if netns is None:

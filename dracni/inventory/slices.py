@@ -268,7 +268,8 @@ def _normal_device(device: dict[str, Any]) -> dict[str, Any]:
     basic = device.pop("basic", None)  # v1beta1 form
     if isinstance(basic, dict):
         device.update(basic)
-    return _prune(device)
+    pruned: dict[str, Any] = _prune(device)
+    return pruned
 
 
 def _normal_spec(obj: dict[str, Any]) -> dict[str, Any]:
@@ -278,7 +279,7 @@ def _normal_spec(obj: dict[str, Any]) -> dict[str, Any]:
     pool.pop("generation", None)
     devices = [_normal_device(d) for d in (spec.pop("devices", None) or [])]
     devices.sort(key=lambda d: str(d.get("name", "")))
-    out = _prune(spec)
+    out: dict[str, Any] = _prune(spec)
     out["pool"] = _prune(pool)
     out["devices"] = devices
     return out
