@@ -331,7 +331,7 @@ def install(bin_dir: str, conf_dir: str, primary: str | None, conf_file: str, st
     dracni_conf = {k: v for k, v in (("stateDir", state_dir), ("logFile", log_file), ("logLevel", log_level))
                    if v is not None}
 
-    link = os.path.join(bin_dir, inst.PLUGIN_NAME)
+    link = os.path.join(bin_dir, defaults.PLUGIN_NAME)
     before = os.readlink(link) if os.path.islink(link) else None
     executable = inst.install_bundle(bundle_dir, bin_dir)
     after = os.path.relpath(executable, bin_dir)

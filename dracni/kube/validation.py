@@ -1,11 +1,11 @@
 """The Kubernetes API server's validation rules that dracni's objects must pass.
 
-Names (DNS labels and subdomains, qualified names, UUIDs), ``status.devices`` entries
-(``k8s.io/kubernetes/pkg/apis/resource/validation``: ``validateDeviceStatus``,
-``validateNetworkDeviceData``; conditions as ``metav1validation.ValidateConditions``) and their
-size limits.  Messages are Kubernetes field errors (``<path>: Invalid value: ...``) so that a
-refusal reads like the API server's 422.  Used by status, the ResourceSlice builder and the
-kubelet server.
+Names (DNS labels and subdomains, qualified names, label values, UUIDs), ``status.devices``
+entries (``k8s.io/kubernetes/pkg/apis/resource/validation``: ``validateDeviceStatus``,
+``validateNetworkDeviceData``; conditions as ``metav1validation.ValidateConditions``) and the
+size limits of those entries and of ResourceSlices.  Messages are Kubernetes field errors
+(``<path>: Invalid value: ...``) so that a refusal reads like the API server's 422.  Used by
+status, the ResourceSlice builder and the kubelet server.
 """
 
 from __future__ import annotations
@@ -37,6 +37,10 @@ DRIVER_NAME_MAX = 63
 POOL_NAME_MAX = 253
 DNS1123_LABEL_MAX = 63
 DNS1123_SUBDOMAIN_MAX = 253
+LABEL_VALUE_MAX = 63  # apimachinery validation.LabelValueMaxLength
+SLICE_MAX_DEVICES = 128  # ResourceSliceMaxDevices
+DEVICE_MAX_ATTRIBUTES = 32  # ResourceSliceMaxAttributesAndCapacitiesPerDevice
+ATTRIBUTE_VALUE_MAX = 64  # DeviceAttributeMaxValueLength (bytes of a string or version value)
 
 
 def json_size(value: Any) -> int | None:
@@ -103,6 +107,12 @@ def is_dns_subdomain(value: str) -> bool:
 def is_driver_name(value: object) -> bool:
     """A DRA driver name: a DNS subdomain of at most 63 characters (``validateDriverName``)."""
     return isinstance(value, str) and len(value) <= DRIVER_NAME_MAX and is_dns_subdomain(value)
+
+
+def is_label_value(value: str) -> bool:
+    """A label value (``IsValidLabelValue``): empty, or at most 63 alphanumerics, '-', '_' or '.'
+    starting and ending with an alphanumeric."""
+    return value == "" or (len(value) <= LABEL_VALUE_MAX and bool(_QUALIFIED_NAME.match(value)))
 
 
 def _dns1123_label(value: str) -> list[str]:

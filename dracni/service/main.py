@@ -44,8 +44,8 @@ class Service:
         from ..kubelet.helper import KubeletPluginHelper
         from ..kubelet.server import DRAPluginServer
         from ..state.store import StateDir
+        from ..inventory.publisher import SlicePublisher
         from .metrics import HealthServer, observed_prepare, observed_unprepare
-        from .slice_publisher import SlicePublisher
         from .status_publisher import StatusPublisher
 
         self.opts = opts

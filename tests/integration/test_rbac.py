@@ -31,7 +31,7 @@ import threading
 
 import pytest
 
-from dracni.slices import slice_name
+from dracni.inventory.slices import slice_name
 from tests.fakes.apiserver import FakeApiServer, RequestAttributes
 from tests.integration.service import (DRIVER, NODE, FakeKubelet, ServiceProcess, claim_ref, create_allocated_claim,
                                        macvlan_params, new_pod_uid, our_status, wait_for)

@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from dracni import install as inst
+from dracni.install import bundle as inst_bundle
 from dracni.cli import main as cli_main
 from dracni.install import InstallError, NoPrimaryError
 
@@ -246,7 +247,7 @@ def test_install_leaves_no_temp_dirs_after_a_failed_copy(root: Path, bundle: Pat
         (Path(dst) / "partial").write_text("x")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(inst, "_copy_tree", boom)
+    monkeypatch.setattr(inst_bundle, "_copy_tree", boom)
     with pytest.raises(OSError):
         inst.install_bundle(str(bundle), str(root / "bin"))
     assert versions(root / "bin") == set()

@@ -1,5 +1,5 @@
-"""NIC discovery (``dracni.nics``): netlink facts in throwaway network namespaces, hardware facts
-from fake sysfs trees laid out like a real PCI NIC, and the eligibility rules.
+"""NIC discovery (``dracni.inventory.nics``): netlink facts in throwaway network namespaces,
+hardware facts from fake sysfs trees laid out like a real PCI NIC, and the eligibility rules.
 
 Safety: every link is made inside network namespaces created here (``ip netns add``) and
 deleted afterwards, also on failure; the machine's own links are never touched or read.  The
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from dracni import nics as nics_mod
-from dracni.nics import DEFAULT_EXCLUDED_KINDS, HardwareFacts, Nic, discover_nics, eligible, hardware_facts
+from dracni.inventory import nics as nics_mod
+from dracni.inventory.nics import DEFAULT_EXCLUDED_KINDS, HardwareFacts, Nic, discover_nics, eligible, hardware_facts
 from tests.harness import NETNS_RUN, Netns, ip
 
 REPO = Path(__file__).resolve().parents[2]
@@ -169,7 +169,7 @@ def test_own_netns_with_real_sysfs(lab):
     sysfs for that namespace: real /sys/class/net entries of veths and bridges say virtual."""
     _, ns = lab
     code = (
-        "import json, dataclasses; from dracni.nics import discover_nics;"
+        "import json, dataclasses; from dracni.inventory.nics import discover_nics;"
         "print(json.dumps([dataclasses.asdict(n) for n in discover_nics()]))"
     )
     out = ns.exec(sys.executable, "-c", code, env={**os.environ, "PYTHONPATH": str(REPO)}).stdout
@@ -423,7 +423,7 @@ def test_exclude_wins():
 
 def test_pyroute2_stays_out_of_other_modules():
     """Importing the CNI and state packages (and slices) must not import pyroute2."""
-    code = ("import sys; import dracni.cni.main, dracni.state.store, dracni.slices, dracni.nics;"
+    code = ("import sys; import dracni.cni.main, dracni.state.store, dracni.inventory.slices, dracni.inventory.nics;"
             "print('pyroute2' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=str(REPO), env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -432,7 +432,7 @@ def test_pyroute2_stays_out_of_other_modules():
 
 @needs_netns
 def test_discovered_nics_make_valid_slices(lab):
-    from dracni.slices import build_slices
+    from dracni.inventory.slices import build_slices
     from tests.unit.test_slices import validate_slice
 
     _, ns = lab

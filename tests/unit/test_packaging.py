@@ -511,8 +511,8 @@ def test_no_events_permission_because_the_service_creates_none():
 # -- examples ---------------------------------------------------------------------------------
 def published_attribute_names() -> set[str]:
     """Attribute names (in the driver's domain) dracni publishes for a well-described NIC."""
-    from dracni.nics import Nic
-    from dracni.slices import device_for
+    from dracni.inventory.nics import Nic
+    from dracni.inventory.slices import device_for
 
     nic = Nic(name="eth1", index=2, mac="02:00:00:00:00:01", mtu=1500, oper_state="up", admin_up=True,
               speed_mbps=10000, pci_address="0000:00:03.0", pcie_root="pci0000:00", numa_node=0,

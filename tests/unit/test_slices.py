@@ -1,4 +1,4 @@
-"""ResourceSlice building (``dracni.slices``): device names, attributes, splitting, ownership,
+"""ResourceSlice building (``dracni.inventory.slices``): device names, attributes, splitting, ownership,
 stable output, comparison and the v1beta1 form.
 
 ``validate_slice`` below re-implements, independently of the code under test, the API server's
@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dracni.nics import Nic
-from dracni.slices import (API_VERSION, API_VERSION_V1BETA1, LABEL_DRIVER, LABEL_NODE, PCI_BUS_ID, PCIE_ROOT,
-                           build_slices, device_for, device_name, label_value, slice_name, slices_equal,
-                           to_v1beta1, unique_device_names, v1beta1_device)
+from dracni.inventory.nics import Nic
+from dracni.inventory.slices import (API_VERSION, LABEL_DRIVER, LABEL_NODE, PCI_BUS_ID, PCIE_ROOT, build_slices,
+                                     device_for, device_name, label_value, slice_name, slices_equal,
+                                     unique_device_names)
 
 # -- an independent validator ---------------------------------------------------------------------
 
@@ -188,6 +188,16 @@ def test_validator_catches_violations():
     assert broken(lambda s: s["metadata"]["labels"].update({LABEL_NODE: "x" * 64}))
     assert broken(lambda s: s.update(apiVersion="resource.k8s.io/v1beta1"))
     assert validate_slice(to_v1beta1(good))  # v1beta1 shape is not a v1 slice
+
+
+def to_v1beta1(resource_slice: dict) -> dict:
+    """``resource_slice`` in the resource.k8s.io/v1beta1 form: each device's fields but ``name``
+    under ``basic`` (a form ``slices_equal`` accepts when reading slices back)."""
+    out = copy.deepcopy(resource_slice)
+    out["apiVersion"] = "resource.k8s.io/v1beta1"
+    out["spec"]["devices"] = [{"name": d["name"], "basic": {k: v for k, v in d.items() if k != "name"}}
+                              for d in out["spec"]["devices"]]
+    return out
 
 
 # -- device names ---------------------------------------------------------------------------------
@@ -507,26 +517,3 @@ def test_slices_equal_after_nic_change():
     assert not slices_equal(_built(nics=[PF, up])[0], before)
     assert slices_equal(_built(nics=[VETH, PF], generation=9)[0], before)
 
-
-# -- v1beta1 --------------------------------------------------------------------------------------
-
-
-def test_v1beta1_device_wraps_in_basic():
-    d = device_for(PF)
-    b = v1beta1_device(d)
-    assert set(b) == {"name", "basic"} and b["name"] == d["name"]
-    assert b["basic"] == {"attributes": d["attributes"]}
-    assert b["basic"]["attributes"] is not d["attributes"]  # a copy
-    assert v1beta1_device(b) == b  # idempotent
-
-
-def test_to_v1beta1_slice():
-    s = _built()[0]
-    original = copy.deepcopy(s)
-    b = to_v1beta1(s)
-    assert s == original  # input untouched
-    assert b["apiVersion"] == API_VERSION_V1BETA1
-    assert b["metadata"] == s["metadata"]
-    assert {k: v for k, v in b["spec"].items() if k != "devices"} == \
-        {k: v for k, v in s["spec"].items() if k != "devices"}
-    assert b["spec"]["devices"] == [v1beta1_device(d) for d in s["spec"]["devices"]]

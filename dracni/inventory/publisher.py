@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
-from ..nics import discover_nics, eligible
-from ..slices import build_slices, slices_equal
-from . import metrics
 from ..kube.api import ApiError, KubeApi
+from ..service import metrics
+from .nics import discover_nics, eligible
+from .slices import build_slices, slices_equal
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +39,8 @@ class SlicePublisher:
         self._dirty = threading.Event()
         self._node_uid: str | None = None
 
-    def mark_dirty(self) -> None:
-        self._dirty.set()
-
     # -- reconcile -------------------------------------------------------------------------
-    def desired(self) -> list[dict]:
+    def desired(self) -> list[dict[str, Any]]:
         nics = [n for n in discover_nics(netns=self.netns, sysfs_root=self.sysfs_root)
                 if eligible(n, self.include, self.exclude)]
         return build_slices(driver=self.driver, node_name=self.node, node_uid=self._node_uid, nics=nics,

@@ -4,9 +4,9 @@ One pool per node, named after the node; one device per offered interface.  Devi
 DNS labels derived from interface names; attributes live in the driver's domain
 (``<driver>/ifName``, ...) plus the standard ``resource.kubernetes.io/pciBusID`` and
 ``resource.kubernetes.io/pcieRoot``.  Limits (CONTRACTS.md section 4, and the API server's
-validation): <=128 devices per slice, <=32 attributes per device, attribute names
-``[<dns-subdomain <=63>/]<C identifier <=32>``, string and version values <=64 bytes, each
-attribute exactly one of int/bool/string/version.
+validation, whose rules and numbers are in ``dracni.kube.validation``): <=128 devices per slice,
+<=32 attributes per device, attribute names ``[<dns-subdomain <=63>/]<C identifier <=32>``,
+string and version values <=64 bytes, each attribute exactly one of int/bool/string/version.
 
 Objects are plain dicts in the API's camelCase JSON form, ready for the kubernetes client or
 ``kubectl apply``.
@@ -14,23 +14,19 @@ Objects are plain dicts in the API's camelCase JSON form, ready for the kubernet
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import re
 from typing import Any, Iterable
 
-from . import defaults
+from .. import defaults
+from ..kube.validation import (ATTRIBUTE_VALUE_MAX, DEVICE_MAX_ATTRIBUTES, DNS1123_LABEL_MAX, DNS1123_SUBDOMAIN_MAX,
+                               DRIVER_NAME_MAX, SLICE_MAX_DEVICES, is_dns_subdomain, is_driver_name, is_label_value)
 from .nics import Nic
 
 __all__ = [
     "API_VERSION",
-    "API_VERSION_V1BETA1",
-    "DEFAULT_DRIVER",
     "LABEL_DRIVER",
     "LABEL_NODE",
-    "MAX_ATTRIBUTES_PER_DEVICE",
-    "MAX_DEVICES_PER_SLICE",
-    "MAX_STRING_VALUE",
     "PCI_BUS_ID",
     "PCIE_ROOT",
     "build_slices",
@@ -39,21 +35,10 @@ __all__ = [
     "label_value",
     "slice_name",
     "slices_equal",
-    "to_v1beta1",
     "unique_device_names",
-    "v1beta1_device",
 ]
 
 API_VERSION = "resource.k8s.io/v1"
-API_VERSION_V1BETA1 = "resource.k8s.io/v1beta1"
-DEFAULT_DRIVER = defaults.DRIVER
-
-MAX_DEVICES_PER_SLICE = 128
-MAX_ATTRIBUTES_PER_DEVICE = 32
-MAX_STRING_VALUE = 64
-MAX_DNS_LABEL = 63
-MAX_DNS_SUBDOMAIN = 253
-MAX_DRIVER_NAME = 63
 
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
@@ -62,19 +47,12 @@ PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 LABEL_DRIVER = "dracni.io/driver"
 LABEL_NODE = "dracni.io/node"
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _INVALID_LABEL_CHARS = re.compile(r"[^a-z0-9-]")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _HASH_LEN = 6
 
 
 def _hash(text: str, n: int = _HASH_LEN) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:n]
-
-
-def _is_dns_subdomain(value: str) -> bool:
-    return (0 < len(value) <= MAX_DNS_SUBDOMAIN
-            and all(_DNS_LABEL.match(part) for part in value.split(".")))
 
 
 # -- names ----------------------------------------------------------------------------------------
@@ -84,12 +62,12 @@ def device_name(ifname: str) -> str:
     """The DNS label for interface ``ifname``: lowercased, each character outside [a-z0-9-]
     replaced by "-", leading and trailing "-" dropped, at most 63 characters ("nic" if nothing
     is left).  Not necessarily unique: see ``unique_device_names``."""
-    name = _INVALID_LABEL_CHARS.sub("-", ifname.lower())[:MAX_DNS_LABEL].strip("-")
+    name = _INVALID_LABEL_CHARS.sub("-", ifname.lower())[:DNS1123_LABEL_MAX].strip("-")
     return name or "nic"
 
 
 def _suffixed(base: str, suffix: str) -> str:
-    head = base[:MAX_DNS_LABEL - len(suffix) - 1].rstrip("-") or "nic"
+    head = base[:DNS1123_LABEL_MAX - len(suffix) - 1].rstrip("-") or "nic"
     return f"{head}-{suffix}"
 
 
@@ -139,7 +117,7 @@ def unique_device_names(ifnames: Iterable[str]) -> dict[str, str]:
 
 def label_value(value: str) -> str:
     """``value`` if it is a valid label value (<=63 chars), else a valid, stable stand-in."""
-    if len(value) <= 63 and _LABEL_VALUE.match(value):
+    if is_label_value(value):
         return value
     cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", value)[:54].strip("-_.")
     return f"{cleaned}-{_hash(value, 8)}" if cleaned else _hash(value, 8)
@@ -149,9 +127,9 @@ def slice_name(node_name: str, driver: str, index: int) -> str:
     """``<node>-<driver with dots as dashes>-<index>``; the node part is shortened and given a
     hash of the full node name when the whole would exceed 253 characters."""
     tail = f"-{driver.replace('.', '-')}-{index}"
-    if len(node_name) + len(tail) <= MAX_DNS_SUBDOMAIN:
+    if len(node_name) + len(tail) <= DNS1123_SUBDOMAIN_MAX:
         return node_name + tail
-    keep = MAX_DNS_SUBDOMAIN - len(tail) - 9
+    keep = DNS1123_SUBDOMAIN_MAX - len(tail) - 9
     head = node_name[:keep].rstrip("-.")
     return f"{head}-{_hash(node_name, 8)}{tail}"
 
@@ -161,12 +139,12 @@ def slice_name(node_name: str, driver: str, index: int) -> str:
 
 def _string(value: str) -> dict[str, str]:
     encoded = value.encode("utf-8", "replace")
-    if len(encoded) > MAX_STRING_VALUE:  # the API limit counts bytes
-        value = encoded[:MAX_STRING_VALUE].decode("utf-8", "ignore")
+    if len(encoded) > ATTRIBUTE_VALUE_MAX:  # the API limit counts bytes
+        value = encoded[:ATTRIBUTE_VALUE_MAX].decode("utf-8", "ignore")
     return {"string": value}
 
 
-def device_for(nic: Nic, *, domain: str = DEFAULT_DRIVER, name: str | None = None) -> dict[str, Any]:
+def device_for(nic: Nic, *, domain: str = defaults.DRIVER, name: str | None = None) -> dict[str, Any]:
     """The v1 Device for ``nic``: ``{"name", "attributes"}``.
 
     ``name`` defaults to ``device_name(nic.name)`` (``build_slices`` passes the de-duplicated
@@ -209,7 +187,7 @@ def device_for(nic: Nic, *, domain: str = DEFAULT_DRIVER, name: str | None = Non
         attrs[PCI_BUS_ID] = _string(nic.pci_address)
     if nic.pcie_root:
         attrs[PCIE_ROOT] = _string(nic.pcie_root)
-    assert len(attrs) <= MAX_ATTRIBUTES_PER_DEVICE
+    assert len(attrs) <= DEVICE_MAX_ATTRIBUTES
     return {"name": name if name is not None else device_name(nic.name), "attributes": attrs}
 
 
@@ -217,7 +195,7 @@ def device_for(nic: Nic, *, domain: str = DEFAULT_DRIVER, name: str | None = Non
 
 
 def build_slices(*, driver: str, node_name: str, node_uid: str | None, nics: list[Nic],
-                 generation: int, max_devices: int = MAX_DEVICES_PER_SLICE) -> list[dict[str, Any]]:
+                 generation: int, max_devices: int = SLICE_MAX_DEVICES) -> list[dict[str, Any]]:
     """The ResourceSlices publishing ``nics`` as the pool of node ``node_name``.
 
     Devices are sorted by name and split into ceil(n / max_devices) slices (one slice with no
@@ -227,15 +205,15 @@ def build_slices(*, driver: str, node_name: str, node_uid: str | None, nics: lis
     ``node_uid`` is known.  Raises ValueError on an invalid driver or node name, a negative
     generation, a ``max_devices`` outside 1..128, or duplicate interface names.
     """
-    if not (0 < len(driver) <= MAX_DRIVER_NAME and _is_dns_subdomain(driver)):
-        raise ValueError(f"driver {driver!r}: must be a DNS subdomain of at most {MAX_DRIVER_NAME} characters")
-    if not _is_dns_subdomain(node_name):
+    if not is_driver_name(driver):
+        raise ValueError(f"driver {driver!r}: must be a DNS subdomain of at most {DRIVER_NAME_MAX} characters")
+    if not is_dns_subdomain(node_name):
         raise ValueError(f"node name {node_name!r}: must be a DNS subdomain")
     if isinstance(generation, bool) or not isinstance(generation, int) or not 0 <= generation < 2**63:
         raise ValueError(f"generation {generation!r}: must be a non-negative int64")
     if isinstance(max_devices, bool) or not isinstance(max_devices, int) \
-            or not 1 <= max_devices <= MAX_DEVICES_PER_SLICE:
-        raise ValueError(f"max_devices {max_devices!r}: must be between 1 and {MAX_DEVICES_PER_SLICE}")
+            or not 1 <= max_devices <= SLICE_MAX_DEVICES:
+        raise ValueError(f"max_devices {max_devices!r}: must be between 1 and {SLICE_MAX_DEVICES}")
 
     names = unique_device_names(nic.name for nic in nics)
     devices = sorted((device_for(nic, domain=driver, name=names[nic.name]) for nic in nics),
@@ -266,7 +244,7 @@ def build_slices(*, driver: str, node_name: str, node_uid: str | None, nics: lis
     return slices
 
 
-# -- comparison and v1beta1 -----------------------------------------------------------------------
+# -- comparison -----------------------------------------------------------------------------------
 
 
 def _prune(value: Any) -> Any:
@@ -290,7 +268,8 @@ def _normal_device(device: dict[str, Any]) -> dict[str, Any]:
     basic = device.pop("basic", None)  # v1beta1 form
     if isinstance(basic, dict):
         device.update(basic)
-    return _prune(device)
+    pruned: dict[str, Any] = _prune(device)
+    return pruned
 
 
 def _normal_spec(obj: dict[str, Any]) -> dict[str, Any]:
@@ -300,7 +279,7 @@ def _normal_spec(obj: dict[str, Any]) -> dict[str, Any]:
     pool.pop("generation", None)
     devices = [_normal_device(d) for d in (spec.pop("devices", None) or [])]
     devices.sort(key=lambda d: str(d.get("name", "")))
-    out = _prune(spec)
+    out: dict[str, Any] = _prune(spec)
     out["pool"] = _prune(pool)
     out["devices"] = devices
     return out
@@ -317,19 +296,3 @@ def slices_equal(desired: dict[str, Any], existing: dict[str, Any]) -> bool:
     """
     return _normal_spec(desired) == _normal_spec(existing)
 
-
-def v1beta1_device(device: dict[str, Any]) -> dict[str, Any]:
-    """A v1 Device in the v1beta1 form: everything but ``name`` moves under ``basic``."""
-    if "basic" in device:
-        return copy.deepcopy(device)
-    body = {k: copy.deepcopy(v) for k, v in device.items() if k != "name"}
-    return {"name": device["name"], "basic": body}
-
-
-def to_v1beta1(resource_slice: dict[str, Any]) -> dict[str, Any]:
-    """A v1 ResourceSlice as a resource.k8s.io/v1beta1 object (clusters before 1.34)."""
-    out = copy.deepcopy(resource_slice)
-    out["apiVersion"] = API_VERSION_V1BETA1
-    spec = out.get("spec") or {}
-    spec["devices"] = [v1beta1_device(d) for d in spec.get("devices") or []]
-    return out

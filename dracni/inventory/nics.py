@@ -22,7 +22,8 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 __all__ = [
     "Nic",
@@ -76,30 +77,25 @@ class HardwareFacts:
 
 
 @dataclass(frozen=True)
-class Nic:
-    """One network interface as seen by netlink, plus its hardware facts."""
-
+class _Link:
     name: str
     index: int
+
+
+@dataclass(frozen=True)
+class Nic(HardwareFacts, _Link):
+    """One network interface as seen by netlink, plus its hardware facts (the fields of
+    ``HardwareFacts``; ``virtual`` is always known here).  ``Nic(name, index, ...)``."""
+
     mac: str = ""
     mtu: int = 0
     kind: str = ""                  # IFLA_INFO_KIND; "" for a physical NIC (and lo)
     oper_state: str = "unknown"     # IFLA_OPERSTATE lowercased: up, down, lowerlayerdown, ...
     admin_up: bool = False          # IFF_UP
     link_type: int = 1              # ARPHRD_* (1 ether, 772 loopback)
-    speed_mbps: int | None = None
-    pci_address: str | None = None
-    pcie_root: str | None = None
-    numa_node: int | None = None
-    sriov_totalvfs: int | None = None
-    sriov_numvfs: int | None = None
-    sriov_is_vf: bool = False
     virtual: bool = False
     master: str | None = None
     alt_names: tuple[str, ...] = field(default_factory=tuple)
-    driver: str | None = None
-    vendor_id: str | None = None
-    device_id: str | None = None
 
     @property
     def is_loopback(self) -> bool:
@@ -184,7 +180,7 @@ def hardware_facts(name: str, sysfs_root: str = "/sys", *, ifindex: int | None =
     PCI function when the class entry is missing or unusable.  Unreadable files give None.
     """
     entry = os.path.join(sysfs_root, "class", "net", name)
-    facts: dict = {}
+    facts: dict[str, Any] = {}
     pci_dir: str | None = None
     device_dir: str | None = None
 
@@ -233,7 +229,7 @@ def hardware_facts(name: str, sysfs_root: str = "/sys", *, ifindex: int | None =
 # -- netlink --------------------------------------------------------------------------------------
 
 
-def _alt_names(msg) -> tuple[str, ...]:
+def _alt_names(msg: Any) -> tuple[str, ...]:
     props = msg.get_attr("IFLA_PROP_LIST")
     if props is None:
         return ()
@@ -243,7 +239,7 @@ def _alt_names(msg) -> tuple[str, ...]:
         return ()
 
 
-def _open_rtnl(netns: str | None):
+def _open_rtnl(netns: str | None) -> Any:
     from pyroute2 import IPRoute, NetNS
 
     if netns is None:
@@ -285,10 +281,9 @@ def discover_nics(*, netns: str | None = None, sysfs_root: str = "/sys") -> list
             parent_dev=msg.get_attr("IFLA_PARENT_DEV_NAME"),
             parent_bus=msg.get_attr("IFLA_PARENT_DEV_BUS_NAME"),
         )
-        if hw.virtual is not None:
-            virtual = hw.virtual
-        else:  # no usable sysfs entry: a link kind or loopback says virtual; else unknown -> False
-            virtual = bool(kind) or link_type == ARPHRD_LOOPBACK
+        facts = asdict(hw)
+        if hw.virtual is None:  # no usable sysfs entry: a link kind or loopback says virtual, else False
+            facts["virtual"] = bool(kind) or link_type == ARPHRD_LOOPBACK
         nics.append(Nic(
             name=name,
             index=index,
@@ -298,19 +293,9 @@ def discover_nics(*, netns: str | None = None, sysfs_root: str = "/sys") -> list
             oper_state=(msg.get_attr("IFLA_OPERSTATE") or "unknown").lower(),
             admin_up=bool(msg["flags"] & 1),
             link_type=link_type,
-            speed_mbps=hw.speed_mbps,
-            pci_address=hw.pci_address,
-            pcie_root=hw.pcie_root,
-            numa_node=hw.numa_node,
-            sriov_totalvfs=hw.sriov_totalvfs,
-            sriov_numvfs=hw.sriov_numvfs,
-            sriov_is_vf=hw.sriov_is_vf,
-            virtual=virtual,
             master=names.get(master_index) if master_index else None,
             alt_names=_alt_names(msg),
-            driver=hw.driver,
-            vendor_id=hw.vendor_id,
-            device_id=hw.device_id,
+            **facts,
         ))
     nics.sort(key=lambda n: n.index)
     return nics
