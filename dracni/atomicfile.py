@@ -1,4 +1,4 @@
-"""Replace a file atomically: write a temp file, fsync it, rename it over, fsync the directory.
+"""Files that are replaced whole: write a temp file, fsync it, rename it over, fsync the directory.
 
 A reader sees the old content or the new, never a mix, and after a crash the file is one of
 the two.  Imports only ``os`` (the CNI hot path uses it).
@@ -30,6 +30,15 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
         except OSError:
             pass
         raise
+
+
+def read_if_exists(path: str) -> bytes | None:
+    """The file's bytes, None when it does not exist; other failures raise OSError."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
 
 
 def fsync_dir(path: str) -> None:

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the CNI hot path imports this module: no typing at run time
+    from typing import Any
 
 
 def _reject_constant(name: str):
@@ -21,6 +24,17 @@ def loads(data: bytes | str):
     if isinstance(data, (bytes, bytearray)):
         data = data.decode("utf-8")  # json.loads would guess UTF-16/32 and pass surrogates
     return json.loads(data, parse_constant=_reject_constant)
+
+
+def loads_object(data: bytes | str, what: str) -> dict[str, Any]:
+    """A JSON object; ValueError naming ``what`` when ``data`` is not JSON or not an object."""
+    try:
+        decoded = loads(data)
+    except ValueError as exc:
+        raise ValueError(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(decoded, dict):
+        raise ValueError(f"{what} must be a JSON object, not {type(decoded).__name__}")
+    return decoded
 
 
 def dumps(obj, pretty: bool = False, ascii_only: bool = False) -> bytes:

@@ -144,12 +144,9 @@ class DelegateRunner:
         if not out:
             return None
         try:
-            decoded = jsonio.loads(out)
+            return jsonio.loads_object(out, f"the output of delegate {name} {command}")
         except ValueError as exc:
-            raise CNIError(E.DECODE_FAILURE, f"delegate {name} {command} printed invalid JSON: {exc}") from None
-        if not isinstance(decoded, dict):
-            raise CNIError(E.DECODE_FAILURE, f"delegate {name} {command} printed a non-object result")
-        return decoded
+            raise CNIError(E.DECODE_FAILURE, str(exc)) from None
 
 
 def _delegate_error(name: str, command: str, out: bytes, stderr: bytes, rc: int) -> CNIError:

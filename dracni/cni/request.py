@@ -86,12 +86,9 @@ def _decode_stdin(stdin: bytes, required: bool) -> dict:
             raise CNIError(E.DECODE_FAILURE, "stdin: expected the network configuration as a JSON object, got nothing")
         return {}
     try:
-        conf = jsonio.loads(stdin)
+        return jsonio.loads_object(stdin, "stdin: network configuration")
     except ValueError as exc:
-        raise CNIError(E.DECODE_FAILURE, f"stdin: network configuration is not valid JSON: {exc}") from None
-    if not isinstance(conf, dict):
-        raise CNIError(E.DECODE_FAILURE, f"stdin: network configuration must be a JSON object, not {type(conf).__name__}")
-    return conf
+        raise CNIError(E.DECODE_FAILURE, str(exc)) from None
 
 
 def _parse_conf(req: Request, conf: dict) -> None:

@@ -25,7 +25,7 @@ import _thread
 import os
 
 from .. import jsonio
-from ..atomicfile import fsync_dir, write_atomic
+from ..atomicfile import fsync_dir, read_if_exists, write_atomic
 from . import records as R
 from .records import SCHEMA_VERSION, attachment_key, claim_pod_keys, pod_index_keys
 
@@ -115,12 +115,11 @@ class StateDir:
     # -- low-level record I/O --------------------------------------------------------------
     def _read(self, path: str) -> Any:
         try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            return None
+            data = read_if_exists(path)
         except OSError as exc:
             raise StateError(f"cannot read {path}: {exc.strerror}") from exc
+        if data is None:
+            return None
         try:
             record = jsonio.loads(data)
         except ValueError as exc:

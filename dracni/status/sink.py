@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 
 import orjson
 
-from dracni.atomicfile import fsync_dir, write_atomic
+from dracni.atomicfile import fsync_dir, read_if_exists, write_atomic
 from dracni.kube.validation import device_id, validate_device_status
 
 API_VERSION = "resource.k8s.io/v1"
@@ -156,12 +156,11 @@ def _locked_dir(directory: str) -> Iterator[None]:
 
 def _read_document(path: str) -> dict | None:
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return None
+        data = read_if_exists(path)
     except OSError as exc:
         raise SinkError(f"cannot read {path}: {exc.strerror}") from exc
+    if data is None:
+        return None
     try:
         document: Any = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
