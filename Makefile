@@ -2,6 +2,7 @@
 #   make demo    end-to-end without a cluster: a "pod" netns gets an interface from a claim
 #   make test    install what is needed, build the frozen binary, run every test
 #   make bench   hot-path benchmarks (medians and ratios from one run)
+#   make lint    ruff (lint + format check) and mypy --strict on dracni/ (part of make test)
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -14,10 +15,10 @@ APT_PACKAGES := containernetworking-plugins iproute2 golang-go golang-github-app
                 python3-venv python3-dev binutils xz-utils dpkg-dev
 SOURCES := $(shell find dracni cmd spec packaging -type f -not -path '*/__pycache__/*' 2>/dev/null) pyproject.toml
 
-.PHONY: help deps sysdeps venv tools binary test unit integration demo bench clean
+.PHONY: help deps sysdeps venv tools binary test unit integration demo bench clean lint
 
 help:
-	@echo "make demo | make test | make bench | make binary | make clean"
+	@echo "make demo | make test | make lint | make bench | make binary | make clean"
 
 # -- dependencies: Debian packages, then a virtualenv from pyproject.toml ----------------
 sysdeps: .cache/sysdeps.stamp
@@ -34,7 +35,7 @@ venv: $(BIN)/.stamp
 $(BIN)/.stamp: pyproject.toml .cache/sysdeps.stamp
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[build,test]'
+	$(BIN)/pip install -q -e '.[build,test,lint]'
 	@touch $@
 
 deps: sysdeps venv
@@ -50,7 +51,12 @@ $(DRACNI): $(SOURCES) $(BIN)/.stamp
 	@touch $@
 
 # -- the two commands -----------------------------------------------------------------------
-test: deps tools binary
+lint: deps
+	$(BIN)/ruff check dracni tests cmd
+	$(BIN)/ruff format --check dracni tests cmd
+	$(BIN)/mypy
+
+test: deps lint tools binary
 	DRACNI_BINARY=$(CURDIR)/$(DRACNI) CNI_TOOLS=$(CURDIR)/$(TOOLS) $(BIN)/pytest -q -p no:cacheprovider tests
 
 demo: deps tools binary

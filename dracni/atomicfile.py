@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import os
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the CNI hot path imports this module: no typing at run time
+    from typing import Callable
+
 
 def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
     """Raises OSError; no temp file is left behind on failure."""
@@ -32,13 +36,15 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
         raise
 
 
-def read_if_exists(path: str) -> bytes | None:
-    """The file's bytes, None when it does not exist; other failures raise OSError."""
+def read_if_exists(path: str, error: Callable[[str], Exception]) -> bytes | None:
+    """The file's bytes, None when it does not exist; ``error("cannot read ...")`` otherwise."""
     try:
         with open(path, "rb") as f:
             return f.read()
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise error(f"cannot read {path}: {exc.strerror}") from exc
 
 
 def fsync_dir(path: str) -> None:

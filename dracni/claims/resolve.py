@@ -14,6 +14,7 @@ from typing import Any
 
 from dracni.claims.params import ParameterError, validate_parameters
 from dracni.clock import now_rfc3339
+from dracni.state.records import claim_ref, new_prepared_claim
 
 SOURCE_CLASS = "FromClass"
 SOURCE_CLAIM = "FromClaim"
@@ -53,17 +54,8 @@ def resolve_claim(
     configs = _driver_configs(claim, allocation, driver)
     devices = [_device(result, configs, driver, allowed_types, label) for result in results]
     _check_unique_ifnames(devices, label)
-    return {
-        "kind": "PreparedClaim",
-        "uid": uid,
-        "namespace": namespace,
-        "name": name,
-        "driver": driver,
-        "source": source,
-        "preparedAt": prepared_at or now_rfc3339(),
-        "pods": pods,
-        "devices": devices,
-    }
+    return new_prepared_claim(claim_ref(uid, namespace, name), driver=driver, source=source,
+                              prepared_at=prepared_at or now_rfc3339(), pods=pods, devices=devices)
 
 
 # -- claim parts -------------------------------------------------------------------------

@@ -187,6 +187,13 @@ def claim_pod_keys(claim: PreparedClaim) -> set[str]:
 
 
 # -- builders -----------------------------------------------------------------------------
+def new_prepared_claim(claim: ClaimRef, *, driver: str, source: str | None, prepared_at: str,
+                       pods: list[PodRef], devices: list[DeviceSpec]) -> PreparedClaim:
+    """What prepare resolved for one claim: its pods and its devices with their parameters."""
+    return {"kind": "PreparedClaim", "uid": claim["uid"], "namespace": claim["namespace"], "name": claim["name"],
+            "driver": driver, "source": source, "preparedAt": prepared_at, "pods": pods, "devices": devices}
+
+
 def new_pod_index() -> PodIndex:
     return {"kind": "PodIndex", "claims": []}
 

@@ -114,10 +114,7 @@ class StateDir:
 
     # -- low-level record I/O --------------------------------------------------------------
     def _read(self, path: str) -> Any:
-        try:
-            data = read_if_exists(path)
-        except OSError as exc:
-            raise StateError(f"cannot read {path}: {exc.strerror}") from exc
+        data = read_if_exists(path, StateError)
         if data is None:
             return None
         try:

@@ -155,10 +155,7 @@ def _locked_dir(directory: str) -> Iterator[None]:
 
 
 def _read_document(path: str) -> dict | None:
-    try:
-        data = read_if_exists(path)
-    except OSError as exc:
-        raise SinkError(f"cannot read {path}: {exc.strerror}") from exc
+    data = read_if_exists(path, SinkError)
     if data is None:
         return None
     try:
