@@ -15,13 +15,13 @@ if TYPE_CHECKING:  # the CNI hot path imports this module: no typing at run time
     from typing import Any
 
 
-def _reject_constant(name: str):
+def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def loads(data: bytes | str):
+def loads(data: bytes | str) -> Any:
     """Strict JSON in UTF-8: raises ValueError (also for NaN/Infinity, UTF-16/32 and bad UTF-8)."""
-    if isinstance(data, (bytes, bytearray)):
+    if isinstance(data, bytes | bytearray):
         data = data.decode("utf-8")  # json.loads would guess UTF-16/32 and pass surrogates
     return json.loads(data, parse_constant=_reject_constant)
 
@@ -34,10 +34,11 @@ def loads_object(data: bytes | str, what: str) -> dict[str, Any]:
         raise ValueError(f"{what} is not valid JSON: {exc}") from None
     if not isinstance(decoded, dict):
         raise ValueError(f"{what} must be a JSON object, not {type(decoded).__name__}")
-    return decoded
+    obj: dict[str, Any] = decoded
+    return obj
 
 
-def dumps(obj, pretty: bool = False, ascii_only: bool = False) -> bytes:
+def dumps(obj: object, pretty: bool = False, ascii_only: bool = False) -> bytes:
     """Serialize; ``ascii_only`` escapes everything non-ASCII (lone surrogates included)."""
     if ascii_only:
         return json.dumps(obj, separators=(",", ":"), ensure_ascii=True).encode()

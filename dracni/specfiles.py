@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 
 def spec_dir() -> str:
@@ -18,8 +19,8 @@ def spec_path(*parts: str) -> str:
     return os.path.join(spec_dir(), *parts)
 
 
-def load_json_spec(name: str) -> dict:
+def load_json_spec(name: str) -> dict[str, Any]:
     from . import jsonio
 
     with open(spec_path(name), "rb") as f:
-        return jsonio.loads(f.read())
+        return jsonio.loads_object(f.read(), name)

@@ -32,8 +32,8 @@ def delegate_config(plugin: JSON, *, network: str, version: str, runtime_config:
     conf = dict(plugin)
     conf["name"] = network
     conf["cniVersion"] = version
-    declared = plugin.get("capabilities") if isinstance(plugin.get("capabilities"), dict) else {}
-    enabled = {**declared, **extra_capabilities}
+    declared = plugin.get("capabilities")
+    enabled = {**(declared if isinstance(declared, dict) else {}), **extra_capabilities}
     rc = {k: v for k, v in runtime_config.items() if enabled.get(k)}
     conf.pop("runtimeConfig", None)
     if rc:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the CNI hot path imports this module: no typing at run time
+    from typing import Any
+
 # Well-known error codes of the CNI specification (section "Error").
 INCOMPATIBLE_VERSION = 1
 UNSUPPORTED_FIELD = 2
@@ -27,14 +31,14 @@ class CNIError(Exception):
         self.msg = msg
         self.details = details
 
-    def to_dict(self, cni_version: str) -> dict:
-        out: dict = {"cniVersion": cni_version, "code": self.code, "msg": self.msg}
+    def to_dict(self, cni_version: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"cniVersion": cni_version, "code": self.code, "msg": self.msg}
         if self.details:
             out["details"] = self.details
         return out
 
     @classmethod
-    def from_dict(cls, data: dict) -> "CNIError":
+    def from_dict(cls, data: dict[str, Any]) -> CNIError:
         code = data.get("code")
         return cls(code if isinstance(code, int) else INTERNAL, str(data.get("msg", "")), str(data.get("details", "") or ""))
 

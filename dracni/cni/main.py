@@ -17,8 +17,16 @@ from .errors import CNIError
 from .log import log
 from .versions import LATEST, SUPPORTED_VERSIONS
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the hot path: no typing at run time
+    from typing import Any, BinaryIO
 
-def run(env: dict[str, str] | None = None, stdin: bytes | None = None, out=None) -> int:
+    from .request import Request
+
+    JSON = dict[str, Any]
+
+
+def run(env: dict[str, str] | None = None, stdin: bytes | None = None, out: BinaryIO | None = None) -> int:
     """Serve one CNI command; returns the process exit code."""
     env = dict(os.environ) if env is None else env
     out = out or sys.stdout.buffer
@@ -47,7 +55,7 @@ def run(env: dict[str, str] | None = None, stdin: bytes | None = None, out=None)
         return _fail(out, err, version)
 
 
-def _fail(out, err: CNIError, version: str) -> int:
+def _fail(out: BinaryIO, err: CNIError, version: str) -> int:
     try:
         log.error(f"{err.msg} {err.details}".strip())
         _write(out, err.to_dict(version))
@@ -56,7 +64,7 @@ def _fail(out, err: CNIError, version: str) -> int:
     return 1
 
 
-def _dispatch(req) -> dict | None:
+def _dispatch(req: Request) -> JSON | None:
     from ..state.store import PluginVersionCache, StateDir
     from .delegate import DEFAULT_TIMEOUT, DelegateRunner
     from .plugin import MetaPlugin, state_dir_for
@@ -95,7 +103,7 @@ def _log_traceback() -> None:
         log.debug("".join(traceback.format_exc()))
 
 
-def _write(out, obj: dict) -> None:
+def _write(out: BinaryIO, obj: JSON) -> None:
     # ASCII escapes: env values that are not UTF-8 reach messages as lone surrogates.
     out.write(jsonio.dumps(obj, ascii_only=True))
     out.write(b"\n")

@@ -91,7 +91,7 @@ class MetaPlugin:
                            where=device.where)
 
     # -- ADD ------------------------------------------------------------------------------
-    def add(self) -> dict:
+    def add(self) -> JSON:
         req = self.req
         claims = self.state.pod_claims(req.pod_uid, req.pod_namespace, req.pod_name)
         if not claims:
@@ -221,7 +221,7 @@ class MetaPlugin:
         with self.state.locked():
             for claim_uid in {d.claim["uid"] for d in planned}:
                 if self.state.read_outbox(claim_uid) is not None:
-                    self.state.update_outbox(R.claim_ref(claim_uid, "", ""),
+                    self.state.update_outbox(R.outbox_claim(R.claim_ref(claim_uid, "", ""), None),
                                              lambda facts: R.retract_facts(facts, req.container_id, []))
 
     # -- CHECK ----------------------------------------------------------------------------
@@ -310,8 +310,8 @@ class MetaPlugin:
         """Upsert this attachment's device facts into each claim's status outbox."""
         for devices in R.devices_by_claim(record).values():
             facts = [R.device_fact(record, dev) for dev in devices]
-            claim = dict(devices[0]["claim"], driver=devices[0].get("driver"))
-            self.state.update_outbox(claim, lambda old, facts=facts: R.upsert_facts(old, facts))  # type: ignore[misc]
+            claim = R.outbox_claim(devices[0]["claim"], devices[0].get("driver"))
+            self.state.update_outbox(claim, lambda old: R.upsert_facts(old, facts))  # noqa: B023 (called at once)
 
     def _retract_facts(self, record: Attachment) -> None:
         """After DEL: our entries go, but a persistent attachment's addresses stay, Detached."""
@@ -328,9 +328,8 @@ class MetaPlugin:
                     detached.append(R.detached_fact(record, dev, kept, now_rfc3339()))
             if self.state.read_outbox(claim_uid) is None and not detached:
                 continue
-            claim = dict(devices[0]["claim"], driver=devices[0].get("driver"))
-            self.state.update_outbox(claim, lambda old, detached=detached:  # type: ignore[misc]
-                                     R.retract_facts(old, cid, detached))
+            claim = R.outbox_claim(devices[0]["claim"], devices[0].get("driver"))
+            self.state.update_outbox(claim, lambda old: R.retract_facts(old, cid, detached))  # noqa: B023 (called at once)
 
 
 def _valid_attachments(conf: JSON) -> set[tuple[str, str]]:

@@ -11,6 +11,12 @@ from . import errors as E
 from .errors import CNIError
 from .versions import LATEST, require_supported, to_current
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the CNI hot path: no typing at run time
+    from typing import Any
+
+    JSON = dict[str, Any]
+
 COMMANDS = ("ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION")
 _ID_PATTERN = "^[a-zA-Z0-9][a-zA-Z0-9_.\\-]*$"
 _ALNUM = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
@@ -19,7 +25,8 @@ _LOG_LEVELS = ("debug", "info", "warning", "error")
 MAX_DELEGATE_TIMEOUT = 3600
 
 #: dracni's own keys in its plugin config, with their expected JSON types.
-OWN_KEYS: dict[str, type] = {"stateDir": str, "logFile": str, "logLevel": str, "delegateTimeout": (int, float)}  # type: ignore[dict-item]
+OWN_KEYS: dict[str, type | tuple[type, ...]] = {
+    "stateDir": str, "logFile": str, "logLevel": str, "delegateTimeout": (int, float)}
 
 
 class Request:
@@ -36,10 +43,10 @@ class Request:
         self.args = ""
         self.cni_args: dict[str, str] = {}
         self.path: list[str] = []
-        self.conf: dict = {}
+        self.conf: JSON = {}
         self.cni_version = LATEST
         self.network = ""
-        self.prev_result: dict | None = None  # internal 1.x form
+        self.prev_result: JSON | None = None  # internal 1.x form
         self.env: dict[str, str] = {}
 
     @property
@@ -54,7 +61,7 @@ class Request:
     def pod_name(self) -> str | None:
         return self.cni_args.get("K8S_POD_NAME") or None
 
-    def option(self, key: str, default=None):
+    def option(self, key: str, default: Any = None) -> Any:
         return self.conf.get(key, default)
 
 
@@ -80,7 +87,7 @@ def parse(env: dict[str, str], stdin: bytes) -> Request:
     return req
 
 
-def _decode_stdin(stdin: bytes, required: bool) -> dict:
+def _decode_stdin(stdin: bytes, required: bool) -> JSON:
     if not stdin.strip():
         if required:
             raise CNIError(E.DECODE_FAILURE, "stdin: expected the network configuration as a JSON object, got nothing")
@@ -91,12 +98,12 @@ def _decode_stdin(stdin: bytes, required: bool) -> dict:
         raise CNIError(E.DECODE_FAILURE, str(exc)) from None
 
 
-def _parse_conf(req: Request, conf: dict) -> None:
+def _parse_conf(req: Request, conf: JSON) -> None:
     if "cniVersion" not in conf:
         raise CNIError(E.INVALID_CONFIG, "cniVersion: required field is missing from the network configuration")
     req.cni_version = require_supported(conf["cniVersion"])
     name = conf.get("name")
-    if not is_cni_identifier(name):
+    if not isinstance(name, str) or not is_cni_identifier(name):
         raise CNIError(E.INVALID_CONFIG, f"name: network name {name!r} must match {_ID_PATTERN}")
     req.network = name
     for key, kind in OWN_KEYS.items():
@@ -134,7 +141,7 @@ def _check_path(value: str, key: str) -> None:
         raise CNIError(E.INVALID_CONFIG, f"{key}: {value!r} must not contain a NUL character")
 
 
-def _check_result_shape(result: dict, where: str) -> None:
+def _check_result_shape(result: JSON, where: str) -> None:
     for key in ("interfaces", "ips", "routes"):
         value = result.get(key)
         if value is not None and (not isinstance(value, list) or not all(isinstance(x, dict) for x in value)):
@@ -205,5 +212,5 @@ def _json_type(value: object) -> str:
         type(value), "number")
 
 
-def _type_name(kind) -> str:
+def _type_name(kind: object) -> str:
     return "string" if kind is str else "number"

@@ -7,7 +7,13 @@ lacking the fields that 1.1.0 added.
 
 from __future__ import annotations
 
-from .errors import CNIError, INCOMPATIBLE_VERSION
+from .errors import INCOMPATIBLE_VERSION, CNIError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the CNI hot path imports this module: no typing at run time
+    from typing import Any
+
+    JSON = dict[str, Any]
 
 SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 LATEST = "1.1.0"
@@ -38,7 +44,7 @@ def require_supported(version: object, field: str = "cniVersion") -> str:
             f"incompatible CNI versions: {field} {version!r} is not supported",
             f"supported versions: {', '.join(SUPPORTED_VERSIONS)}",
         )
-    return version  # type: ignore[return-value]
+    return version
 
 
 def best_common_version(theirs: list[str], cap: str = LATEST) -> str | None:
@@ -55,7 +61,7 @@ def best_common_version(theirs: list[str], cap: str = LATEST) -> str | None:
     return ours[max(common)] if common else None
 
 
-def to_current(result: dict, version: str | None = None) -> dict:
+def to_current(result: JSON, version: str | None = None) -> JSON:
     """Convert a result of any supported version to the internal 1.x form.
 
     The form keeps the version it came in when that is 1.x (so a delegate's result is
@@ -74,7 +80,7 @@ def to_current(result: dict, version: str | None = None) -> dict:
     return out
 
 
-def from_current(result: dict, version: str) -> dict:
+def from_current(result: JSON, version: str) -> JSON:
     """Convert an internal 1.x result to the form of ``version``."""
     out = dict(result)
     out["cniVersion"] = version
@@ -95,7 +101,7 @@ def from_current(result: dict, version: str) -> dict:
     return out
 
 
-def convert(result: dict, to_version: str) -> dict:
+def convert(result: JSON, to_version: str) -> JSON:
     return from_current(to_current(result), to_version)
 
 

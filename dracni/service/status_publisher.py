@@ -12,11 +12,15 @@ import logging
 import os
 import threading
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..state.store import StateDir
 from ..status.drain import drain_outbox
+from ..status.entries import Entry
 from ..status.sink import SinkError, StatusSink
+
+if TYPE_CHECKING:
+    from ..state.records import ClaimRef, StatusOutbox
 from . import metrics
 
 log = logging.getLogger(__name__)
@@ -34,7 +38,7 @@ class TimedSink:
     def __init__(self, sink: StatusSink) -> None:
         self.sink = sink
 
-    def apply(self, claim: dict, driver: str, devices: list[dict]) -> None:
+    def apply(self, claim: ClaimRef, driver: str, devices: list[Entry]) -> None:
         started = time.monotonic()
         try:
             self.sink.apply(claim, driver, devices)
@@ -46,7 +50,7 @@ class TimedSink:
 
 class StatusPublisher:
     def __init__(self, state: StateDir, sink: StatusSink, driver: str,
-                 on_published: Callable[[dict], None] | None = None) -> None:
+                 on_published: Callable[[StatusOutbox], None] | None = None) -> None:
         self.state = state
         self.on_published = on_published
         self.sink = TimedSink(sink)
@@ -87,7 +91,7 @@ class StatusPublisher:
             return min(max(backoff * 2, MIN_BACKOFF), MAX_BACKOFF)
         return 0.0
 
-    def _wait(self, notifier, stop: threading.Event, seconds: float) -> None:
+    def _wait(self, notifier: Any, stop: threading.Event, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         while not stop.is_set():
             left = deadline - time.monotonic()

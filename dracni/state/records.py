@@ -228,6 +228,11 @@ def attached_device(claim: ClaimRef, driver: str | None, spec: DeviceSpec, ifnam
     }
 
 
+def outbox_claim(claim: ClaimRef, driver: str | None) -> OutboxClaim:
+    """A claim as the status outbox names it: its identity and the driver of its entries."""
+    return {"uid": claim["uid"], "namespace": claim["namespace"], "name": claim["name"], "driver": driver}
+
+
 def new_outbox(claim: OutboxClaim) -> StatusOutbox:
     return {"kind": "StatusOutbox", "claim": claim_ref(claim["uid"], claim["namespace"], claim["name"]),
             "driver": claim.get("driver"), "seq": 0, "publishedSeq": 0, "devices": []}
@@ -241,7 +246,7 @@ def is_pending(outbox: StatusOutbox) -> bool:
 # -- status facts -------------------------------------------------------------------------
 def device_fact(record: Attachment, dev: AttachedDevice) -> DeviceFact:
     """What the claim status should say about ``dev`` after this ADD (ready or failed)."""
-    pod = record.get("pod") or {}
+    pod = record["pod"]
     fact: DeviceFact = {
         "request": dev["request"], "pool": dev["pool"], "device": dev["device"], "shareID": dev.get("shareID"),
         "ifName": dev["ifName"], "ready": record["state"] == "ready" and dev.get("error") is None,
@@ -257,7 +262,12 @@ def device_fact(record: Attachment, dev: AttachedDevice) -> DeviceFact:
 def detached_fact(record: Attachment, dev: AttachedDevice, kept_ips: list[str], updated_at: str) -> DeviceFact:
     """A persistent attachment after DEL: Ready=False (Detached), its addresses kept."""
     fact = device_fact(record, dev)
-    fact.update(ready=False, detached=True, result=None, error=None, updatedAt=updated_at, keptIPs=kept_ips)
+    fact["ready"] = False
+    fact["detached"] = True
+    fact["result"] = None
+    fact["error"] = None
+    fact["updatedAt"] = updated_at
+    fact["keptIPs"] = kept_ips
     return fact
 
 

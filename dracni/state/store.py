@@ -106,7 +106,8 @@ class StateDir:
         self._lock_depth -= 1
         if self._lock_depth == 0:
             self._owner = None
-            self._lock.release()
+            if self._lock is not None:
+                self._lock.release()
             self._mutex.release()
 
     def _holds_lock(self) -> bool:
@@ -242,7 +243,8 @@ class StateDir:
 
     # -- attachments ---------------------------------------------------------------------
     def read_attachment(self, network: str, container_id: str, ifname: str) -> Attachment | None:
-        return self._read(self._path("attachments", attachment_key(network, container_id, ifname)))
+        record: Attachment | None = self._read(self._path("attachments", attachment_key(network, container_id, ifname)))
+        return record
 
     def list_attachments(self, network: str | None = None) -> list[Attachment]:
         stems = self._list("attachments")
@@ -267,7 +269,8 @@ class StateDir:
 
     # -- status outbox -------------------------------------------------------------------
     def read_outbox(self, claim_uid: str) -> StatusOutbox | None:
-        return self._read(self._path("outbox", claim_uid))
+        record: StatusOutbox | None = self._read(self._path("outbox", claim_uid))
+        return record
 
     def list_outbox(self) -> list[StatusOutbox]:
         return [r for r in (self.read_outbox(u) for u in self._list("outbox")) if r]
@@ -294,7 +297,7 @@ class StateDir:
         """
         with self.locked():
             path = self._path("outbox", claim_uid)
-            record = self._read(path)
+            record: StatusOutbox | None = self._read(path)
             if record is None or record["seq"] < seq:
                 return False
             record["publishedSeq"] = max(record["publishedSeq"], seq)

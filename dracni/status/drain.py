@@ -12,11 +12,14 @@ invalid) is reported as dropped and marked published, so it is not retried forev
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from dracni.state.store import StateDir, StateError
 from dracni.status.entries import status_devices
 from dracni.status.sink import SinkError, StatusSink
+
+if TYPE_CHECKING:
+    from dracni.state.records import StatusOutbox
 
 
 @dataclass
@@ -26,7 +29,7 @@ class DrainReport:
     dropped: dict[str, str] = field(default_factory=dict)  # claim uid -> final error; not retried
 
 
-def _pending(state: StateDir, report: DrainReport) -> list[dict]:
+def _pending(state: StateDir, report: DrainReport) -> list[StatusOutbox]:
     """Pending outbox records; an unreadable record is reported instead of failing them all."""
     try:
         return state.pending_outbox(errors=report.failed)
@@ -36,7 +39,7 @@ def _pending(state: StateDir, report: DrainReport) -> list[dict]:
 
 
 def drain_outbox(state: StateDir, sink: StatusSink, *, driver: str,
-                 on_published: Callable[[dict], None] | None = None) -> DrainReport:
+                 on_published: Callable[[StatusOutbox], None] | None = None) -> DrainReport:
     """Publish every pending outbox record once; see the module docstring.
 
     ``on_published(record)`` runs after a claim's status went out and before the record is

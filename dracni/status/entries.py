@@ -30,6 +30,10 @@ REASON_DETACHED = "Detached"
 
 Entry = dict[str, Any]
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..state.records import DeviceFact, StatusOutbox
+
 
 # -- building entries --------------------------------------------------------------------
 def _utf8_truncate(text: str, limit: int) -> str:
@@ -83,7 +87,7 @@ def _attachment_ips(result: Any, index: int | None) -> list[str]:
     return out
 
 
-def _strip_sandbox(result: dict) -> dict:
+def _strip_sandbox(result: dict[str, Any]) -> dict[str, Any]:
     data = dict(result)
     if isinstance(data.get("interfaces"), list):
         data["interfaces"] = [
@@ -93,7 +97,7 @@ def _strip_sandbox(result: dict) -> dict:
     return data
 
 
-def _only_attachment_interface(data: dict, index: int | None) -> dict:
+def _only_attachment_interface(data: dict[str, Any], index: int | None) -> dict[str, Any]:
     """Keep only the attachment's interface; re-point or drop the ips that referenced others."""
     data = dict(data)
     interfaces = data.get("interfaces")
@@ -116,13 +120,13 @@ def _only_attachment_interface(data: dict, index: int | None) -> dict:
     return data
 
 
-def _fit_data(result: Any, index: int | None) -> dict | None:
+def _fit_data(result: Any, index: int | None) -> dict[str, Any] | None:
     """The CNI result as ``data``: no sandbox paths, at most 10 KiB of JSON, else None."""
     if not isinstance(result, dict):
         return None
     data = _strip_sandbox(result)
 
-    def fits(candidate: dict) -> bool:
+    def fits(candidate: dict[str, Any]) -> bool:
         size = json_size(candidate)
         return size is not None and size <= DATA_MAX_BYTES
 
@@ -154,7 +158,7 @@ def _error_message(error: Any, if_name: str) -> str:
     return msg
 
 
-def device_status_entry(fact: dict, *, driver: str) -> Entry:
+def device_status_entry(fact: DeviceFact, *, driver: str) -> Entry:
     """One AllocatedDeviceStatus entry (camelCase API form) from an outbox device fact."""
     if_name = fact.get("ifName") or ""
     ready = bool(fact.get("ready"))
@@ -199,7 +203,7 @@ def device_status_entry(fact: dict, *, driver: str) -> Entry:
     ips = _attachment_ips(result, index) or _kept_ips(fact.get("keptIPs"))
     if ips:
         network["ips"] = ips
-    if index is not None:
+    if index is not None and isinstance(result, dict):
         mac = result["interfaces"][index].get("mac")
         if isinstance(mac, str) and mac and len(mac) <= HARDWARE_ADDRESS_MAX:
             network["hardwareAddress"] = mac.lower()
@@ -218,17 +222,17 @@ def _kept_ips(values: Any) -> list[str]:
     return out[:MAX_IPS]
 
 
-def _device_key(item: dict) -> tuple[str, str, str]:
+def _device_key(item: DeviceFact) -> tuple[str, str, str]:
     return (str(item.get("pool") or ""), str(item.get("device") or ""), str(item.get("shareID") or ""))
 
 
-def status_devices(outbox: dict, *, driver: str) -> list[Entry]:
+def status_devices(outbox: StatusOutbox, *, driver: str) -> list[Entry]:
     """All ``status.devices`` entries of a StatusOutbox record, sorted by (pool, device, shareID).
 
     One entry per (pool, device, shareID); of two facts with the same key the one with the
     latest ``updatedAt`` wins (the later one in the record on a tie or an unreadable time).
     """
-    chosen: dict[tuple[str, str, str], tuple[datetime, dict]] = {}
+    chosen: dict[tuple[str, str, str], tuple[datetime, DeviceFact]] = {}
     for fact in outbox.get("devices") or []:
         if not isinstance(fact, dict):
             continue

@@ -20,6 +20,11 @@ import orjson
 
 from dracni.atomicfile import fsync_dir, read_if_exists, write_atomic
 from dracni.kube.validation import device_id, validate_device_status
+from dracni.status.entries import Entry
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from dracni.state.records import ClaimRef
 
 API_VERSION = "resource.k8s.io/v1"
 KIND = "ResourceClaim"
@@ -37,7 +42,7 @@ class SinkError(Exception):
 
 @runtime_checkable
 class StatusSink(Protocol):
-    def apply(self, claim: dict, driver: str, devices: list[dict]) -> None:
+    def apply(self, claim: ClaimRef, driver: str, devices: list[Entry]) -> None:
         """Make ``devices`` this driver's entries of the claim's ``status.devices``.
 
         ``claim`` is ``{"uid", "namespace", "name"}``.  Other drivers' entries stay.  Raises
@@ -56,7 +61,7 @@ def status_path_for(manifest_path: str, namespace: str, name: str) -> str:
     return f"{stem}.{namespace}.{name}.status.json"
 
 
-def _entry_sort_key(entry: dict) -> tuple[str, str, str, str]:
+def _entry_sort_key(entry: Entry) -> tuple[str, str, str, str]:
     def text(key: str) -> str:
         value = entry.get(key)
         return value if isinstance(value, str) else ""
@@ -83,12 +88,12 @@ class LocalStatusSink:
             return None
         return status_path_for(os.fspath(manifest), namespace, name)
 
-    def read(self, namespace: str, name: str) -> dict | None:
+    def read(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The status document of a claim, or None when there is none."""
         path = self.status_path(namespace, name)
         return None if path is None else _read_document(path)
 
-    def apply(self, claim: dict, driver: str, devices: list[dict]) -> None:
+    def apply(self, claim: ClaimRef, driver: str, devices: list[Entry]) -> None:
         namespace, name, uid = claim.get("namespace"), claim.get("name"), claim.get("uid")
         if not namespace or not name:
             raise SinkError(f"claim {claim!r} has no namespace/name", retryable=False)
@@ -103,7 +108,7 @@ class LocalStatusSink:
         directory = os.path.dirname(path) or "."
         with _locked_dir(directory):
             existing = _read_document(path)
-            kept: list[dict] = []
+            kept: list[Entry] = []
             if existing is not None:
                 old_uid = (existing.get("metadata") or {}).get("uid")
                 # A claim re-created under the same name is a new object: old entries die.
@@ -154,7 +159,7 @@ def _locked_dir(directory: str) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def _read_document(path: str) -> dict | None:
+def _read_document(path: str) -> dict[str, Any] | None:
     data = read_if_exists(path, SinkError)
     if data is None:
         return None
@@ -167,7 +172,7 @@ def _read_document(path: str) -> dict | None:
     return document
 
 
-def _write_atomic(path: str, document: dict) -> None:
+def _write_atomic(path: str, document: dict[str, Any]) -> None:
     try:
         write_atomic(path, orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n", STATUS_FILE_MODE)
     except OSError as exc:
