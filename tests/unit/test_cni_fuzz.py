@@ -31,12 +31,13 @@ from hypothesis import strategies as st
 
 from dracni.cni import main as cni_main
 from dracni.cni.log import log
+from tests.harness import DRACNI_BINARY
 
 SPEC_CODES = {1, 2, 3, 4, 5, 6, 7, 11, 50, 51, 999}
 SUPPORTED = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 COMMANDS = ["ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION"]
 SILENT_ON_SUCCESS = {"DEL", "CHECK", "GC", "STATUS"}
-BINARY = os.environ.get("DRACNI_BINARY", "/work/main/dist/dracni/dracni")
+BINARY = str(DRACNI_BINARY)  # DRACNI_BINARY from the environment, else the bundle in this checkout
 K8S_ARGS = ("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;"
             "K8S_POD_INFRA_CONTAINER_ID=c0ffee;K8S_POD_UID=pod-uid-1")
 

@@ -1,4 +1,4 @@
-"""The fake API server (tests/fakes/apiserver.py), driven only by the real kubernetes client 37.x.
+"""The fake API server (tests/fakes/apiserver/), driven only by the real kubernetes client 37.x.
 
 These tests pin two things: that the fake behaves like kube-apiserver for what dracni uses, and
 how the kubernetes Python client surfaces it (exception classes, watch 410s, content types),

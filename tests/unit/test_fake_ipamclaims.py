@@ -34,7 +34,7 @@ from kubernetes.client.exceptions import (
     UnprocessableEntityException,
 )
 
-from tests.fakes import apiserver as fake_module
+from tests.fakes.apiserver import ipamclaim_schema as fake_module
 from tests.fakes.apiserver import APPLY_PATCH, MERGE_PATCH, ApiStatusError, FakeApiServer
 from tests.unit.conftest import client_for
 

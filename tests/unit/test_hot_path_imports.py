@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from dracni.state.store import StateDir
+from tests.harness import DRACNI_BINARY
 
 FORBIDDEN = ("kubernetes", "grpc", "pyroute2", "filelock", "orjson", "jsonschema", "yaml", "click",
              "logging", "typing", "dataclasses", "asyncio", "inspect")
-DEFAULT_BINARY = "/work/main/dist/dracni/dracni"
 K8S_ARGS = "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;K8S_POD_UID=pod-uid-1"
 
 # The driver itself imports only what every interpreter has loaded anyway (sys, io, os).
@@ -125,7 +125,7 @@ def test_add_and_del_with_a_prepared_claim_import_nothing_heavy(tmp_path: Path) 
 
 
 def test_frozen_binary_answers_version() -> None:
-    binary = os.environ.get("DRACNI_BINARY", DEFAULT_BINARY)
+    binary = str(DRACNI_BINARY)
     if not os.path.isfile(binary):
         pytest.skip(f"frozen binary {binary} not built")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "CNI_COMMAND": "VERSION"}

@@ -1,0 +1,62 @@
+"""A test Kubernetes API server, spoken to over HTTP by the real ``kubernetes`` Python client.
+
+``FakeApiServer`` serves, on 127.0.0.1 and an ephemeral port, exactly the part of
+kube-apiserver that dracni uses (``CONTRACTS.md`` sections 3-5), with the real response shapes:
+
+- ``resource.k8s.io/v1`` ``resourceclaims`` (namespaced): create, get, list (one namespace or
+  all), watch, update (``PUT``, resourceVersion precondition), delete, the ``status``
+  subresource (``GET``/``PUT``/``PATCH``).  ``PATCH .../status`` with
+  ``application/apply-patch+yaml`` is server-side apply of ``status.devices`` as a list-map keyed
+  by (driver, device, pool, shareID), ownership tracked per entry and per top-level entry field
+  (``conditions``, ``data``, ``networkData``), with conflicts, ``force`` and ``managedFields``;
+  ``application/merge-patch+json`` and ``application/strategic-merge-patch+json`` replace the
+  whole ``devices`` list, as the real server does.  Status writes are validated with
+  ``dracni.kube.validation.validate_status_devices`` against the claim's allocation (422).
+- ``resource.k8s.io/v1`` ``resourceslices`` (cluster-scoped): create, get, list, watch, update,
+  patch (merge), delete, deletecollection; field selectors ``spec.nodeName``, ``spec.driver``,
+  ``metadata.name``; validation of the spec (422).
+- ``v1`` ``nodes`` and ``namespaces``: get, list, watch (seeded by the test).
+- ``k8s.cni.cncf.io/v1alpha1`` ``ipamclaims`` (namespaced custom resource, the Network Plumbing
+  WG's IPAMClaim for sticky IPs; only with ``FakeApiServer(ipamclaims=True)``): CRUD, watch, and
+  the ``status`` subresource (``PUT``, merge patch, simple server-side apply), pruned and validated
+  like the upstream CRD (``spec/crds/ipamclaims.k8s.cni.cncf.io.yaml``), ``status.ips`` as CIDRs.
+- ``/version``, ``/api``, ``/api/v1``, ``/apis``, ``/apis/resource.k8s.io[/v1]``,
+  ``/apis/k8s.cni.cncf.io[/v1alpha1]`` (when installed): discovery.
+
+Every write bumps one global resourceVersion counter; watches replay a bounded event history
+(``history_limit``; ``compact()`` drops it) and answer a too-old resourceVersion with an ``ERROR``
+event carrying a 410 ``Expired`` Status, as kube-apiserver's watch cache does.
+
+Bearer-token authentication (401), an optional authorizer hook (403), injected failures
+(``fail_next``), a request log (``requests``) and ``stop()``/``start()`` (same port, same data)
+let tests drive a client through outages and assert exactly what it sent.
+
+Only the standard library, PyYAML and, through ``dracni_rules.py`` alone, ``dracni.clock``,
+``dracni.kube.fielderrors`` and ``dracni.kube.validation`` are imported: no kubernetes client code
+runs inside the fake.
+
+The package, one job a module:
+
+- ``server.py``: ``FakeApiServer``, assembled from the parts below; construction, lifecycle,
+  kubeconfigs.
+- HTTP: ``http_layer.py`` (server, handler, request parsing, authentication, the authorizer
+  hook, ``fail_next``, the request log, errors as Status answers), ``routes.py`` (paths and the
+  routing table), ``discovery.py``, ``errors.py`` (Status errors), ``selectors.py``.
+- Store and watch: ``store.py`` (objects, resourceVersion, history), ``watch.py`` (streams, 410
+  Expired), ``crud.py`` (the generic verbs), ``objects.py`` (JSON helpers, body checks).
+- Server-side apply: ``managed_fields.py`` (ownership, ``managedFields``), ``apply.py`` (apply
+  bodies, conflicts, ``force``).
+- Resources: ``resources.py`` (the table), ``claims.py``, ``slices.py``, ``core.py`` (nodes and
+  namespaces), ``ipamclaims.py`` with ``ipamclaim_schema.py``; ``names.py`` (name rules).
+- ``dracni_rules.py``: the only imports from dracni.
+"""
+
+from __future__ import annotations
+
+from .errors import ApiStatusError
+from .http_layer import RecordedRequest, RequestAttributes
+from .resources import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
+from .server import FakeApiServer
+
+__all__ = ["APPLY_PATCH", "JSON_PATCH", "MERGE_PATCH", "STRATEGIC_MERGE_PATCH", "ApiStatusError", "FakeApiServer",
+           "RecordedRequest", "RequestAttributes"]

@@ -1,0 +1,56 @@
+"""Core ``v1`` Nodes and Namespaces: read-only over HTTP (get, list, watch), seeded by the test
+(``add_namespace``, ``add_node``/``get_node``/``delete_node``)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from .dracni_rules import now_rfc3339
+from .resources import RESOURCES, Kind, Obj
+from .store import Store
+
+NODES = Kind(RESOURCES["nodes"])
+NAMESPACES = Kind(RESOURCES["namespaces"])
+
+
+def ensure_namespace(store: Store, name: str, labels: dict[str, str] | None = None) -> Obj:
+    """The namespace ``name``, created (Active) when it is not there yet."""
+    with store.lock:
+        existing = store.objects.get(("namespaces", "", name))
+        if existing is not None:
+            return copy.deepcopy(existing)
+        obj = {"metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name, **(labels or {})}},
+               "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+        return store.create(NAMESPACES.res, "", obj, ("kube-apiserver", "Update", ""))
+
+
+class NodesAndNamespaces:
+    """``FakeApiServer``'s helpers for Nodes and Namespaces."""
+
+    _store: Store
+
+    def add_namespace(self, name: str, labels: dict[str, str] | None = None) -> Obj:
+        return ensure_namespace(self._store, name, labels)
+
+    def add_node(self, name: str, labels: dict[str, str] | None = None, uid: str | None = None) -> Obj:
+        """A Node as a kubelet registers it (``kubernetes.io/hostname`` label, Ready)."""
+        metadata: dict[str, Any] = {"name": name, "labels": {"kubernetes.io/hostname": name,
+                                                             "kubernetes.io/os": "linux", **(labels or {})}}
+        obj = {
+            "metadata": metadata,
+            "spec": {},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                       "message": "kubelet is posting ready status",
+                                       "lastHeartbeatTime": now_rfc3339(), "lastTransitionTime": now_rfc3339()}]},
+        }
+        if uid:
+            metadata["uid"] = uid
+        with self._store.lock:
+            return self._store.create(NODES.res, "", obj, ("kubelet", "Update", ""), keep_uid=True)
+
+    def get_node(self, name: str) -> Obj | None:
+        return self._store.copy_of("nodes", "", name)
+
+    def delete_node(self, name: str) -> Obj | None:
+        return self._store.remove("nodes", "", name)

@@ -1,0 +1,282 @@
+"""The HTTP layer: the threaded server and its handler (JSON responses, chunked watch streams),
+request parsing, bearer-token authentication (401), the authorizer hook (403), injected failures
+(``fail_next``), the request log (``requests``) and the mapping of errors to ``Status`` answers
+(a bug in the fake is a 500 kept in ``internal_errors``).  What a path means is ``routes.py``'s.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import yaml
+
+from .errors import REASONS, ApiStatusError, BodyError, details
+from .resources import Resource
+from .routes import route
+
+if TYPE_CHECKING:
+    from .server import FakeApiServer
+    from .store import Store
+
+
+@dataclass
+class RecordedRequest:
+    """One HTTP request the fake received (also the rejected ones)."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    content_type: str | None
+    field_manager: str | None
+    user: str | None
+    body: Any = None
+    status: int | None = None  # the HTTP status answered (200 for a watch stream)
+    user_agent: str | None = None
+
+    @property
+    def watch(self) -> bool:
+        return self.query.get("watch") in ("true", "1")
+
+
+@dataclass(frozen=True)
+class RequestAttributes:
+    """What an authorizer hook is asked about (like a SubjectAccessReview)."""
+
+    user: str
+    verb: str
+    resource: str
+    subresource: str
+    namespace: str
+    name: str
+    group: str
+
+
+@dataclass
+class Injected:
+    """A failure ``fail_next`` asked for: the next ``times`` matching requests get it."""
+
+    code: int
+    method: str | None
+    path: str | None
+    times: int
+    reason: str
+    message: str
+    headers: dict[str, str]
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
+                 fake: FakeApiServer) -> None:
+        self.fake = fake
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+        super().__init__(address, handler)
+
+    def cut_connections(self) -> None:
+        """Shut every open connection down (a dead API server's clients see their streams end)."""
+        with self.connections_lock:
+            connections = list(self.connections)
+        for conn in connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: Server
+
+    def setup(self) -> None:
+        super().setup()
+        # As Go's net/http does: without it, headers and body written separately meet the
+        # client's delayed ACK and every response waits ~40 ms.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self.server.connections_lock:
+            self.server.connections.add(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            with self.server.connections_lock:
+                self.server.connections.discard(self.connection)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _handle(self) -> None:
+        self.server.fake._dispatch(self)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
+
+    # -- writing -------------------------------------------------------------------------------
+    def send_json(self, code: int, body: Any) -> None:
+        data = json.dumps(body, separators=(",", ":")).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        self.wfile.flush()
+
+    def send_chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def read_body(self) -> bytes:
+        length = self.headers.get("Content-Length")
+        if length is not None:
+            return self.rfile.read(int(length)) if int(length) > 0 else b""
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            return b"".join(chunks)
+        return b""
+
+
+def decode_body(raw: bytes, content_type: str | None) -> Any:
+    text = raw.decode("utf-8", "replace")
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    if content_type and "yaml" in content_type:
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise BodyError(f"error decoding YAML: {exc}") from None
+    raise BodyError(f"couldn't get version/kind; json parse error: invalid JSON: {text[:80]!r}")
+
+
+class HttpFrontend:
+    """``FakeApiServer``'s HTTP side: dispatch, authentication, authorization, injected
+    failures and the request log."""
+
+    _store: Store
+    users: dict[str, str]
+    authorizer: Callable[[RequestAttributes], bool] | None
+    requests: list[RecordedRequest]
+    internal_errors: list[str]
+    _injected: list[Injected]
+
+    def _dispatch(self, handler: Handler) -> None:
+        parts = urlsplit(handler.path)
+        path = unquote(parts.path).rstrip("/") or "/"
+        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        content_type = (handler.headers.get("Content-Type") or "").split(";")[0].strip() or None
+        record = RecordedRequest(handler.command, path, query, content_type, query.get("fieldManager"), None,
+                                 user_agent=handler.headers.get("User-Agent"))
+        with self._store.lock:
+            self.requests.append(record)
+        try:
+            raw = handler.read_body()
+            record.user = self._authenticate(handler)
+            record.body = decode_body(raw, content_type) if raw else None
+            self._maybe_inject(handler.command, path)
+            answer = route(self, handler, record)  # type: ignore[arg-type]  # self is a FakeApiServer
+            if answer is None:  # a watch stream answered already
+                record.status = 200
+                return
+            code, body = answer
+        except ApiStatusError as err:
+            code, body = err.code, err.status()
+        except BodyError as err:
+            code, body = 400, ApiStatusError(400, "BadRequest", str(err)).status()
+        except (BrokenPipeError, ConnectionResetError):
+            return
+        except Exception as exc:  # noqa: BLE001 - a bug in the fake: answer 500 and keep it for the test to see
+            detail = "".join(traceback.format_exception(exc))
+            with self._store.lock:
+                self.internal_errors.append(detail)
+            code, body = 500, ApiStatusError(500, "InternalError", f"fake API server bug: {exc!r}").status()
+        record.status = code
+        try:
+            handler.send_json(code, body)
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            handler.close_connection = True
+
+    def _authenticate(self, handler: Handler) -> str:
+        header = handler.headers.get("Authorization") or ""
+        scheme, _, token = header.partition(" ")
+        user = self.users.get(token.strip()) if scheme.lower() == "bearer" else None
+        if user is None:
+            raise ApiStatusError(401, "Unauthorized", "Unauthorized")
+        return user
+
+    def _maybe_inject(self, method: str, path: str) -> None:
+        with self._store.lock:
+            for injected in self._injected:
+                if injected.method and injected.method != method:
+                    continue
+                if injected.path and injected.path not in path:
+                    continue
+                injected.times -= 1
+                if injected.times <= 0:
+                    self._injected.remove(injected)
+                raise ApiStatusError(injected.code, injected.reason, injected.message)
+
+    def _authorize(self, user: str, verb: str, res: Resource, subresource: str, namespace: str,
+                   name: str) -> None:
+        if self.authorizer is None:
+            return
+        attrs = RequestAttributes(user, verb, res.plural, subresource, namespace, name, res.group)
+        if self.authorizer(attrs):
+            return
+        what = f"{res.plural}/{subresource}" if subresource else res.plural
+        subject = f'{res.qualified} "{name}"' if name else res.qualified
+        where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+        group = f'in API group "{res.group}"'
+        raise ApiStatusError(403, "Forbidden",
+                             f'{subject} is forbidden: User "{user}" cannot {verb} resource "{what}" {group} {where}',
+                             details(res, name or None))
+
+    # -- test helpers ---------------------------------------------------------------------------
+    def fail_next(self, code: int, *, method: str | None = None, path: str | None = None, times: int = 1,
+                  reason: str | None = None, message: str | None = None,
+                  headers: dict[str, str] | None = None) -> None:
+        """Answer the next ``times`` matching requests (method, path substring) with a Status error."""
+        with self._store.lock:
+            self._injected.append(Injected(code, method.upper() if method else None, path, times,
+                                           reason or REASONS.get(code, "Unknown"),
+                                           message or f"injected failure {code}", headers or {}))
+
+    def reset_requests(self) -> None:
+        with self._store.lock:
+            self.requests.clear()
+
+    def requests_to(self, method: str | None = None, path_contains: str | None = None) -> list[RecordedRequest]:
+        with self._store.lock:
+            return [r for r in self.requests
+                    if (method is None or r.method == method.upper())
+                    and (path_contains is None or path_contains in r.path)]

@@ -1,0 +1,198 @@
+"""``FakeApiServer``: its construction, lifecycle (``start``/``stop``/``close``, same port and
+data across restarts), kubeconfigs, and the store-wide helpers (``resource_version``,
+``compact``, ``events``).  The rest of its methods come from the HTTP layer and the resource
+modules it is assembled from."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, Self
+
+import yaml
+
+from .claims import ClaimHelpers
+from .core import NodesAndNamespaces
+from .http_layer import Handler, HttpFrontend, Injected, RecordedRequest, RequestAttributes, Server
+from .ipamclaims import IpamClaimHelpers
+from .slices import SliceHelpers
+from .store import Store
+
+
+class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers, IpamClaimHelpers):
+    """A kube-apiserver double for ResourceClaims, ResourceSlices, Nodes, Namespaces (and IPAMClaims).
+
+    ``FakeApiServer(directory=None, token=None, other_token=None, history_limit=1000)``; use as a
+    context manager or call ``start()`` and ``close()``.  ``kubeconfig_path`` points the real client
+    at it (``kubernetes.config.load_kube_config(config_file=...)``); ``other_kubeconfig_path`` does
+    the same with ``other_token`` (user ``other_user``); ``write_kubeconfig(path, token)`` makes more.
+
+    Test helpers (direct, no HTTP; each write bumps the resourceVersion and emits a watch event):
+    ``add_namespace``, ``add_node``/``get_node``/``delete_node``, ``create_claim`` (stored as given,
+    status included), ``get_claim``, ``list_claims``, ``set_claim_allocation`` (the scheduler's
+    write; ``None`` deallocates and clears ``status.devices``), ``delete_claim``, ``create_slice``,
+    ``get_slice``, ``list_slices``, ``delete_all_slices(node=None, driver=None)`` (kubelet at start),
+    ``compact()``, ``events()``, ``resource_version``, ``fail_next(code, method=, path=, times=)``,
+    ``authorizer`` (``RequestAttributes -> bool``), ``requests``/``requests_to()``/``reset_requests()``,
+    ``internal_errors``, ``stop()``/``start()`` (same port, same data), ``close()``.
+
+    IPAMClaims (``k8s.cni.cncf.io/v1alpha1``, namespaced, a custom resource): served only with
+    ``FakeApiServer(ipamclaims=True)`` or after ``install_ipamclaims()`` (without the CRD the group
+    is absent from discovery and its paths answer 404, as on a cluster without OVN-Kubernetes or
+    KubeVirt's ipam-extensions).  get, list, watch, create, update, patch (merge), delete,
+    deletecollection; ``status``: ``PUT`` (resourceVersion precondition), merge patch, and
+    server-side apply with ownership of the top-level status fields (``ips``, ``ownerPod``,
+    ``conditions``; conflicts unless ``force``).  Unknown fields and nulls are pruned, create drops
+    ``status``, main-resource writes keep it, ``metadata.generation`` follows ``spec``.  Writes are
+    validated against the upstream schema (``spec.network``/``spec.interface`` required when
+    ``spec`` is set, ``status.ips`` required when ``status`` is set, ``ownerPod.name``,
+    ``metav1.Condition`` fields) plus one check the real CRD does not make: every ``status.ips``
+    entry must be a CIDR (``10.0.0.5/24``).  Helpers: ``create_ipamclaim``, ``get_ipamclaim``,
+    ``list_ipamclaims``, ``set_ipamclaim_status`` (another controller's status write),
+    ``delete_ipamclaim``, ``install_ipamclaims``/``uninstall_ipamclaims``.
+
+    Not implemented (answered 400/405/415 rather than faked): JSON patch, apply outside
+    ``resourceclaims/status`` and ``ipamclaims/status``, ``dryRun``; ignored:
+    ``limit``/``continue`` (everything is returned at once), ``resourceVersion``/
+    ``resourceVersionMatch`` on a list, ``sendInitialEvents``.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] | None = None,
+        *,
+        token: str | None = None,
+        other_token: str | None = None,
+        user: str = "system:serviceaccount:kube-system:dracni",
+        other_user: str = "system:serviceaccount:kube-system:other",
+        history_limit: int = 1000,
+        bookmark_interval: float | None = None,
+        default_watch_timeout: float = 1800.0,
+        namespaces: Iterable[str] = ("default", "kube-system"),
+        ipamclaims: bool = False,
+    ) -> None:
+        self._own_dir = directory is None
+        self.directory = str(directory) if directory is not None else tempfile.mkdtemp(prefix="fake-apiserver-")
+        os.makedirs(self.directory, exist_ok=True)
+        self.token = token or secrets.token_hex(16)
+        self.other_token = other_token or secrets.token_hex(16)
+        self.users: dict[str, str] = {self.token: user, self.other_token: other_user}
+        self.user = user
+        self.other_user = other_user
+        self._store = Store(history_limit)
+        self.bookmark_interval = bookmark_interval
+        self.default_watch_timeout = default_watch_timeout
+        #: ``authorizer(RequestAttributes) -> bool``; None allows everything.
+        self.authorizer: Callable[[RequestAttributes], bool] | None = None
+        #: Every request received, in order.
+        self.requests: list[RecordedRequest] = []
+        #: Tracebacks of exceptions inside the fake (answered as 500): a test can assert it is empty.
+        self.internal_errors: list[str] = []
+        self._injected: list[Injected] = []
+        self._server: Server | None = None
+        self._thread: threading.Thread | None = None
+        self.port: int | None = None
+        self.kubeconfig_path = os.path.join(self.directory, "kubeconfig")
+        self.other_kubeconfig_path = os.path.join(self.directory, "kubeconfig-other")
+        self._ipamclaims = bool(ipamclaims)
+        for namespace in namespaces:
+            self.add_namespace(namespace)
+
+    @property
+    def history_limit(self) -> int:
+        """How many watch events are kept for replay (older resourceVersions get 410 Expired)."""
+        return self._store.history_limit
+
+    @history_limit.setter
+    def history_limit(self, value: int) -> None:
+        self._store.history_limit = value
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    def start(self) -> Self:
+        """Serve (again): the first start picks an ephemeral port, later ones reuse it."""
+        if self._server is not None:
+            return self
+        server = Server(("127.0.0.1", self.port or 0), Handler, self)
+        self.port = server.server_address[1]
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name=f"fake-apiserver-{self.port}", daemon=True)
+        self._thread.start()
+        self.write_kubeconfig(self.kubeconfig_path, self.token)
+        self.write_kubeconfig(self.other_kubeconfig_path, self.other_token)
+        return self
+
+    def stop(self) -> None:
+        """Go down like a dead API server: refuse connections, cut open ones and watches.  Data stays."""
+        server = self._server
+        if server is None:
+            return
+        with self._store.cond:
+            self._store.epoch += 1
+            self._store.cond.notify_all()
+        server.shutdown()
+        server.server_close()
+        server.cut_connections()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = None
+        self._thread = None
+
+    def close(self) -> None:
+        """Stop and remove the directory the fake created (a given directory is left alone)."""
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def write_kubeconfig(self, path: str | os.PathLike[str] | None = None, token: str | None = None,
+                         namespace: str = "default") -> str:
+        """A kubeconfig for the fake's URL with a bearer token (the main one by default)."""
+        if self.port is None:
+            raise RuntimeError("start() the fake first: the kubeconfig needs its port")
+        path = str(path or os.path.join(self.directory, f"kubeconfig-{secrets.token_hex(4)}"))
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "fake", "user": {"token": token if token is not None else self.token}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": namespace}}],
+            "current-context": "fake",
+        }
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            yaml.safe_dump(config, fh)
+        os.replace(tmp, path)
+        return path
+
+    # -- the store as a whole -----------------------------------------------------------------------
+    @property
+    def resource_version(self) -> str:
+        """The current global resourceVersion."""
+        with self._store.lock:
+            return str(self._store.rv)
+
+    def compact(self) -> str:
+        """Forget the event history: a watch from any older resourceVersion gets 410 Expired."""
+        return self._store.compact()
+
+    def events(self) -> list[dict[str, Any]]:
+        """The retained watch history as ``{"type", "object"}`` dicts (oldest first)."""
+        return self._store.events()
