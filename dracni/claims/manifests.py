@@ -20,12 +20,14 @@ The returned claims are copies with those two fields filled in.
 
 from __future__ import annotations
 
+import builtins
 import copy
 import json
 import os
 import uuid
+from collections.abc import Iterator
 from functools import lru_cache
-from typing import Any, Iterator
+from typing import Any
 
 CLAIM_KIND = "ResourceClaim"
 LIST_KINDS = ("List", "ResourceClaimList")
@@ -51,7 +53,7 @@ class ManifestClaimSource:
     def __init__(self, path: str) -> None:
         self.path = os.path.abspath(path)
 
-    def list(self) -> list[dict]:
+    def list(self) -> list[dict[str, Any]]:
         """Every claim, in file-name then document order."""
         return [claim for claim, _ in self._load()]
 
@@ -63,7 +65,7 @@ class ManifestClaimSource:
                 return claim
         return None
 
-    def get_by_uid(self, uid: str) -> dict | None:
+    def get_by_uid(self, uid: str) -> dict[str, Any] | None:
         for claim, _ in self._load():
             if claim["metadata"]["uid"] == uid:
                 return claim
@@ -78,7 +80,8 @@ class ManifestClaimSource:
         return None
 
     # -- loading -------------------------------------------------------------------------
-    def _files(self) -> list[str]:
+    # (``builtins.list``: in the class body, ``list`` is the method above)
+    def _files(self) -> builtins.list[str]:
         if os.path.isfile(self.path):
             return [self.path]
         if not os.path.isdir(self.path):
@@ -90,9 +93,9 @@ class ManifestClaimSource:
         paths = [os.path.join(self.path, n) for n in names if _is_manifest_name(n)]
         return [p for p in paths if os.path.isfile(p)]
 
-    def _load(self) -> list[tuple[dict, str]]:
+    def _load(self) -> builtins.list[tuple[dict[str, Any], str]]:
         """(claim, file) pairs; rejects two claims with the same namespace/name or UID."""
-        loaded: list[tuple[dict, str]] = []
+        loaded: list[tuple[dict[str, Any], str]] = []
         by_name: dict[tuple[str, str], str] = {}
         by_uid: dict[str, str] = {}
         for path in self._files():
@@ -117,7 +120,7 @@ def _is_manifest_name(name: str) -> bool:
     return not name.startswith(".") and name.endswith(MANIFEST_SUFFIXES) and not name.endswith(STATUS_SUFFIX)
 
 
-def _claims_in(path: str) -> Iterator[dict]:
+def _claims_in(path: str) -> Iterator[dict[str, Any]]:
     for index, doc in enumerate(_documents(path)):
         if doc is None:
             continue
@@ -175,7 +178,7 @@ def _parse_yaml(data: bytes, path: str) -> list[Any]:
         raise ClaimSourceError(f"{path}: invalid YAML: {exc}") from None
 
 
-def _expand_lists(doc: dict, path: str) -> list[dict]:
+def _expand_lists(doc: dict[str, Any], path: str) -> list[dict[str, Any]]:
     if doc.get("kind") not in LIST_KINDS:
         return [doc]
     items = doc.get("items") or []
@@ -184,7 +187,7 @@ def _expand_lists(doc: dict, path: str) -> list[dict]:
     return items
 
 
-def _is_claim(obj: dict) -> bool:
+def _is_claim(obj: dict[str, Any]) -> bool:
     """A ResourceClaim of resource.k8s.io (any version); a missing apiVersion is tolerated."""
     if obj.get("kind") != CLAIM_KIND:
         return False
@@ -192,7 +195,7 @@ def _is_claim(obj: dict) -> bool:
     return api_version is None or (isinstance(api_version, str) and api_version.split("/")[0] == API_GROUP)
 
 
-def _normalise(obj: dict, path: str) -> dict:
+def _normalise(obj: dict[str, Any], path: str) -> dict[str, Any]:
     claim = copy.deepcopy(obj)
     meta = claim.get("metadata")
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:

@@ -16,8 +16,9 @@ import copy
 import difflib
 import json
 import re
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
-from typing import Any, Iterable, Iterator
+from typing import Any, TypedDict
 
 SCHEMA_FILE = "claim-parameters.schema.json"
 API_VERSION_DRACNI = "dracni.io/v1alpha1"
@@ -27,6 +28,17 @@ _NETWORK_NAME = re.compile(r"\A[a-zA-Z0-9][a-zA-Z0-9_.\-]*\Z")
 _PLAIN_KEY = re.compile(r"\A[A-Za-z_][A-Za-z0-9_\-]*\Z")
 _IFNAMSIZ = 15  # bytes, without the terminating NUL
 _VALUE_LIMIT = 80
+
+
+class DeviceParameters(TypedDict):
+    """Validated, normalised parameters of one device: the attachment part of a ``DeviceSpec``."""
+
+    ifName: str | None
+    config: dict[str, Any]  # always a conflist
+    runtimeConfig: dict[str, Any]
+    capabilities: dict[str, bool]
+    persistentIPs: bool
+    ipamClaim: str | None
 
 
 class ParameterError(ValueError):
@@ -43,7 +55,7 @@ def validate_parameters(
     *,
     allowed_types: frozenset[str] | None = None,
     where: str = "parameters",
-) -> dict:
+) -> DeviceParameters:
     """Check ``params`` and return the normalised attachment.
 
     The result is ``{"ifName", "config", "runtimeConfig", "capabilities", "persistentIPs",
@@ -78,7 +90,7 @@ def validate_parameters(
 # -- steps -------------------------------------------------------------------------------
 
 
-def _decode_config(params: dict, where: str) -> dict:
+def _decode_config(params: dict[str, Any], where: str) -> dict[str, Any]:
     """dracni's own form accepts the config as a JSON string: decode it before validating."""
     config = params.get("config")
     if params.get("apiVersion") != API_VERSION_DRACNI or not isinstance(config, str):
@@ -95,14 +107,14 @@ def _decode_config(params: dict, where: str) -> dict:
     return {**params, "config": decoded}
 
 
-def _check_schema(params: dict, where: str) -> None:
+def _check_schema(params: dict[str, Any], where: str) -> None:
     errors = list(_validator().iter_errors(params))
     if errors:
         field, reason = _describe(_best_error(errors), where)
         raise ParameterError(field, reason)
 
 
-def _as_conflist(plugin: dict, field: str) -> dict:
+def _as_conflist(plugin: dict[str, Any], field: str) -> dict[str, Any]:
     """Wrap a single plugin config the way libcni's ConfListFromConf does."""
     plugin = copy.deepcopy(plugin)
     name = plugin.get("name") or plugin["type"]
@@ -117,7 +129,7 @@ def _as_conflist(plugin: dict, field: str) -> dict:
     return conflist
 
 
-def _check_allowed_types(config: dict, allowed: frozenset[str], field: str, single: bool) -> None:
+def _check_allowed_types(config: dict[str, Any], allowed: frozenset[str], field: str, single: bool) -> None:
     for index, plugin in enumerate(config["plugins"]):
         if plugin["type"] in allowed:
             continue
@@ -178,7 +190,7 @@ def _describe(error: Any, where: str) -> tuple[str, str]:
 
 
 def _missing_property(error: Any) -> str:
-    missing = [p for p in error.validator_value if p not in error.instance]
+    missing: list[str] = [p for p in error.validator_value if p not in error.instance]
     for name in missing:
         if error.message.startswith(repr(name)):
             return name

@@ -9,11 +9,16 @@ outcome and does not stop the others: kubelet reports errors per claim.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from dracni.claims.resolve import ClaimError, resolve_claim
 from dracni.claims.sticky import IpamClaimGetter, pin_addresses
 from dracni.state.store import StateDir, StateError
+
+if TYPE_CHECKING:
+    from dracni.state.records import DeviceSpec, PreparedClaim
 
 log = logging.getLogger(__name__)
 
@@ -25,13 +30,13 @@ _VOLATILE = ("preparedAt", "schema")
 class PrepareOutcome:
     """Per-claim answer: the prepared devices (``{request, pool, device, shareID}``) or an error."""
 
-    devices: list[dict] = field(default_factory=list)
+    devices: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
 
 
 def prepare_claims(
     state: StateDir,
-    claims: list[dict],
+    claims: list[dict[str, Any]],
     *,
     driver: str,
     node: str | None = None,
@@ -48,7 +53,7 @@ def prepare_claims(
     Re-preparing an unchanged claim leaves its record untouched (``preparedAt`` included).
     """
     outcomes: dict[str, PrepareOutcome] = {}
-    resolved: dict[str, dict] = {}
+    resolved: dict[str, PreparedClaim] = {}
     for claim in claims:
         key = _claim_key(claim)
         try:
@@ -84,17 +89,20 @@ def unprepare_claims(state: StateDir, uids: list[str]) -> dict[str, str | None]:
         state.remove_claims(uids)
     except StateError as exc:
         return {uid: str(exc) for uid in uids}
-    return {uid: None for uid in uids}
+    return dict.fromkeys(uids)
 
 
-def _same_record(old: dict | None, new: dict) -> bool:
+def _same_record(old: PreparedClaim | None, new: PreparedClaim) -> bool:
     if old is None:
         return False
-    strip = lambda r: {k: v for k, v in r.items() if k not in _VOLATILE}  # noqa: E731
-    return strip(old) == strip(new)
+    return _stable_fields(old) == _stable_fields(new)
 
 
-def _device_key(device: dict) -> dict:
+def _stable_fields(record: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k not in _VOLATILE}
+
+
+def _device_key(device: DeviceSpec) -> dict[str, Any]:
     return {k: device.get(k) for k in ("request", "pool", "device", "shareID")}
 
 

@@ -10,11 +10,14 @@ are used as a whole (they are not merged with earlier ones).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dracni.claims.params import ParameterError, validate_parameters
 from dracni.clock import now_rfc3339
 from dracni.state.records import claim_ref, new_prepared_claim
+
+if TYPE_CHECKING:
+    from dracni.state.records import DeviceSpec, PodRef, PreparedClaim
 
 SOURCE_CLASS = "FromClass"
 SOURCE_CLAIM = "FromClaim"
@@ -32,14 +35,14 @@ class ClaimError(ValueError):
 
 
 def resolve_claim(
-    claim: dict,
+    claim: dict[str, Any],
     *,
     driver: str,
     node: str | None = None,
     allowed_types: frozenset[str] | None = None,
     source: str | None = None,
     prepared_at: str | None = None,
-) -> dict:
+) -> PreparedClaim:
     """Build the PreparedClaim record (``spec/state-records.schema.json``) for ``claim``.
 
     ``node`` is accepted for the callers' convenience but does not filter results: the
@@ -71,11 +74,11 @@ def _identity(claim: Any) -> tuple[str, str, str]:
     return str(meta["uid"]), str(namespace), str(meta["name"])
 
 
-def _mapping(value: Any) -> dict:
+def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _allocation(claim: dict, label: str) -> dict:
+def _allocation(claim: dict[str, Any], label: str) -> dict[str, Any]:
     allocation = _mapping(claim.get("status")).get("allocation")
     if not isinstance(allocation, dict) or not allocation:
         raise ClaimError(
@@ -85,7 +88,7 @@ def _allocation(claim: dict, label: str) -> dict:
     return allocation
 
 
-def _driver_results(allocation: dict, driver: str, label: str) -> list[dict]:
+def _driver_results(allocation: dict[str, Any], driver: str, label: str) -> list[dict[str, Any]]:
     results = _mapping(allocation.get("devices")).get("results") or []
     ours = [r for r in results if isinstance(r, dict) and r.get("driver") == driver]
     if not ours:
@@ -108,8 +111,8 @@ def _non_empty_str(value: Any) -> bool:
     return isinstance(value, str) and bool(value)
 
 
-def _reserved_pods(claim: dict, label: str) -> list[dict]:
-    pods = []
+def _reserved_pods(claim: dict[str, Any], label: str) -> list[PodRef]:
+    pods: list[PodRef] = []
     for ref in _mapping(claim.get("status")).get("reservedFor") or []:
         if isinstance(ref, dict) and ref.get("resource") == "pods" and not ref.get("apiGroup"):
             pods.append({"uid": str(ref.get("uid") or ""), "name": str(ref.get("name") or "")})
@@ -124,7 +127,7 @@ def _reserved_pods(claim: dict, label: str) -> list[dict]:
 # -- config precedence -------------------------------------------------------------------
 
 
-def _driver_configs(claim: dict, allocation: dict, driver: str) -> list[dict]:
+def _driver_configs(claim: dict[str, Any], allocation: dict[str, Any], driver: str) -> list[dict[str, Any]]:
     """This driver's opaque configs, class configs first, claim configs after, order kept.
 
     Without any allocation config (some hand-written clusterless manifests), the claim's
@@ -146,15 +149,15 @@ def config_applies(requests: list[str] | None, request: str) -> bool:
     return request in requests or parent in requests
 
 
-def _winning_config(configs: list[dict], request: str) -> dict | None:
+def _winning_config(configs: list[dict[str, Any]], request: str) -> dict[str, Any] | None:
     """The last applicable config: its parameters are used as a whole."""
     matching = [c for c in configs if config_applies(c.get("requests"), request)]
     return matching[-1] if matching else None
 
 
 def _device(
-    result: dict, configs: list[dict], driver: str, allowed_types: frozenset[str] | None, label: str
-) -> dict:
+    result: dict[str, Any], configs: list[dict[str, Any]], driver: str, allowed_types: frozenset[str] | None, label: str
+) -> DeviceSpec:
     request = result["request"]
     config = _winning_config(configs, request)
     if config is None:
@@ -171,12 +174,17 @@ def _device(
         "pool": result["pool"],
         "device": result["device"],
         "shareID": result.get("shareID") or None,
-        **attachment,
+        "ifName": attachment["ifName"],
+        "config": attachment["config"],
+        "runtimeConfig": attachment["runtimeConfig"],
+        "capabilities": attachment["capabilities"],
+        "persistentIPs": attachment["persistentIPs"],
+        "ipamClaim": attachment["ipamClaim"],
     }
 
 
-def _check_unique_ifnames(devices: list[dict], label: str) -> None:
-    seen: dict[str, dict] = {}
+def _check_unique_ifnames(devices: list[DeviceSpec], label: str) -> None:
+    seen: dict[str, DeviceSpec] = {}
     for device in devices:
         if_name = device["ifName"]
         if if_name is None:

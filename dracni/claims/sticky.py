@@ -14,27 +14,31 @@ pins, whatever its parameters say.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..addresses import canonical_interface_address
 from .resolve import ClaimError
+
+if TYPE_CHECKING:
+    from ..state.records import DeviceSpec, PreparedClaim
 
 log = logging.getLogger(__name__)
 
 #: Set by the resourceclaim controller on claims it generates from a pod's template.
 TEMPLATE_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 
-IpamClaimGetter = Callable[[str, str], "dict | None"]
+IpamClaimGetter = Callable[[str, str], "dict[str, Any] | None"]
 
 
-def from_template(claim: dict) -> bool:
+def from_template(claim: dict[str, Any]) -> bool:
     meta = claim.get("metadata") or {}
     if TEMPLATE_ANNOTATION in (meta.get("annotations") or {}):
         return True
     return any(ref.get("kind") == "Pod" and ref.get("controller") for ref in meta.get("ownerReferences") or [])
 
 
-def canonical_ips(values: list, where: str) -> list[str]:
+def canonical_ips(values: list[Any], where: str) -> list[str]:
     """CIDR strings in the API's canonical form (as status.devices holds them), de-duplicated;
     anything else is a ClaimError."""
     out: list[str] = []
@@ -47,7 +51,8 @@ def canonical_ips(values: list, where: str) -> list[str]:
     return out
 
 
-def pin_addresses(claim: dict, record: dict, *, driver: str, ipamclaims: IpamClaimGetter | None) -> None:
+def pin_addresses(claim: dict[str, Any], record: PreparedClaim, *, driver: str,
+                  ipamclaims: IpamClaimGetter | None) -> None:
     """Set ``requestedIPs`` on every device of a PreparedClaim record (``[]`` = no pinning)."""
     meta = claim.get("metadata") or {}
     namespace, name = meta.get("namespace", "default"), meta.get("name", "")
@@ -62,8 +67,9 @@ def pin_addresses(claim: dict, record: dict, *, driver: str, ipamclaims: IpamCla
             device["persistentIPs"] = False
             device["ipamClaim"] = None
             continue
-        if device.get("ipamClaim"):
-            device["requestedIPs"] = _from_ipamclaim(namespace, device["ipamClaim"], ipamclaims, where)
+        ipamclaim = device.get("ipamClaim")
+        if ipamclaim:
+            device["requestedIPs"] = _from_ipamclaim(namespace, ipamclaim, ipamclaims, where)
         else:
             device["requestedIPs"] = _from_status(claim, device, driver, where)
 
@@ -81,7 +87,7 @@ def _from_ipamclaim(namespace: str, ipamclaim: str, ipamclaims: IpamClaimGetter 
     return canonical_ips((obj.get("status") or {}).get("ips") or [], f"IPAMClaim {namespace}/{ipamclaim} status.ips")
 
 
-def _from_status(claim: dict, device: dict, driver: str, where: str) -> list[str]:
+def _from_status(claim: dict[str, Any], device: DeviceSpec, driver: str, where: str) -> list[str]:
     for entry in (claim.get("status") or {}).get("devices") or []:
         if (entry.get("driver"), entry.get("pool"), entry.get("device"), entry.get("shareID") or None) == \
                 (driver, device["pool"], device["device"], device.get("shareID")):

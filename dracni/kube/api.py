@@ -8,7 +8,8 @@ so callers decide on retry without knowing the client library.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
@@ -41,7 +42,8 @@ def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
-def _call(fn, *args, **kwargs) -> Any:
+def _request(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """The decoded JSON answer of a client call (None for an empty body)."""
     try:
         resp = fn(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs)
     except ApiException as exc:
@@ -55,9 +57,15 @@ def _call(fn, *args, **kwargs) -> Any:
 
 def _message(exc: ApiException) -> str:
     try:
-        return json.loads(exc.body).get("message") or str(exc.reason)
+        return json.loads(exc.body or "").get("message") or str(exc.reason)
     except (TypeError, ValueError, AttributeError):
         return f"{exc.status} {exc.reason}"
+
+
+def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """``_request`` typed for the calls KubeApi makes: each answers with an object."""
+    obj: dict[str, Any] = _request(fn, *args, **kwargs)
+    return obj
 
 
 class KubeApi:
@@ -70,7 +78,7 @@ class KubeApi:
         self.custom = client.CustomObjectsApi(api_client)
 
     # -- resourceclaims: get, list, watch; status: patch (server-side apply) ---------------------
-    def get_claim(self, namespace: str, name: str) -> dict | None:
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return _call(self.resource.read_namespaced_resource_claim, name, namespace)
         except ApiError as exc:
@@ -78,15 +86,16 @@ class KubeApi:
                 return None
             raise
 
-    def list_claims(self) -> tuple[list[dict], str]:
+    def list_claims(self) -> tuple[list[dict[str, Any]], str]:
         data = _call(self.resource.list_resource_claim_for_all_namespaces)
         return data.get("items") or [], data.get("metadata", {}).get("resourceVersion", "")
 
-    def watch_claims(self, resource_version: str, timeout_seconds: int) -> Iterator[tuple[str, dict]]:
+    def watch_claims(self, resource_version: str, timeout_seconds: int) -> Iterator[tuple[str, dict[str, Any]]]:
         yield from self._watch(self.resource.list_resource_claim_for_all_namespaces, resource_version,
                                timeout_seconds)
 
-    def apply_claim_status(self, namespace: str, name: str, devices: list[dict], field_manager: str) -> dict:
+    def apply_claim_status(self, namespace: str, name: str, devices: list[dict[str, Any]],
+                           field_manager: str) -> dict[str, Any]:
         """Server-side apply of this driver's ``status.devices`` entries (force: we own them).
 
         A merge or strategic patch would replace the whole list and wipe other drivers' entries.
@@ -97,19 +106,19 @@ class KubeApi:
                      field_manager=field_manager, force=True, _content_type=APPLY_PATCH)
 
     # -- resourceslices: CRUD and watch ----------------------------------------------------------
-    def list_slices(self, field_selector: str) -> tuple[list[dict], str]:
+    def list_slices(self, field_selector: str) -> tuple[list[dict[str, Any]], str]:
         data = _call(self.resource.list_resource_slice, field_selector=field_selector)
         return data.get("items") or [], data.get("metadata", {}).get("resourceVersion", "")
 
     def watch_slices(self, field_selector: str, resource_version: str,
-                     timeout_seconds: int) -> Iterator[tuple[str, dict]]:
+                     timeout_seconds: int) -> Iterator[tuple[str, dict[str, Any]]]:
         yield from self._watch(self.resource.list_resource_slice, resource_version, timeout_seconds,
                                field_selector=field_selector)
 
-    def create_slice(self, body: dict) -> dict:
+    def create_slice(self, body: dict[str, Any]) -> dict[str, Any]:
         return _call(self.resource.create_resource_slice, body)
 
-    def replace_slice(self, name: str, body: dict) -> dict:
+    def replace_slice(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
         return _call(self.resource.replace_resource_slice, name, body)
 
     def delete_slice(self, name: str) -> None:
@@ -120,7 +129,7 @@ class KubeApi:
                 raise
 
     # -- ipamclaims (k8s.cni.cncf.io/v1alpha1): get; status: update ------------------------------
-    def get_ipamclaim(self, namespace: str, name: str) -> dict | None:
+    def get_ipamclaim(self, namespace: str, name: str) -> dict[str, Any] | None:
         group, version, plural = IPAMCLAIMS
         try:
             return _call(self.custom.get_namespaced_custom_object, group, version, namespace, plural, name)
@@ -129,7 +138,7 @@ class KubeApi:
                 return None
             raise
 
-    def replace_ipamclaim_status(self, obj: dict) -> dict:
+    def replace_ipamclaim_status(self, obj: dict[str, Any]) -> dict[str, Any]:
         """PUT the status subresource; the object's resourceVersion is the precondition (409)."""
         group, version, plural = IPAMCLAIMS
         meta = obj["metadata"]
@@ -137,7 +146,7 @@ class KubeApi:
                      meta["name"], obj)
 
     # -- nodes: get ----------------------------------------------------------------------------
-    def get_node(self, name: str) -> dict | None:
+    def get_node(self, name: str) -> dict[str, Any] | None:
         try:
             return _call(self.core.read_node, name)
         except ApiError as exc:
@@ -146,8 +155,8 @@ class KubeApi:
             raise
 
     # -- watch plumbing --------------------------------------------------------------------------
-    def _watch(self, list_fn, resource_version: str, timeout_seconds: int,
-               **kwargs) -> Iterator[tuple[str, dict]]:
+    def _watch(self, list_fn: Callable[..., Any], resource_version: str, timeout_seconds: int,
+               **kwargs: Any) -> Iterator[tuple[str, dict[str, Any]]]:
         """Events after ``resource_version``; ``ApiError(410)`` when it is too old (re-list).
 
         ``return_type="object"``: plain dicts (the client cannot guess the item model of the
@@ -155,8 +164,8 @@ class KubeApi:
         """
         w = watch.Watch(return_type="object")
         try:
-            for event in w.stream(list_fn, resource_version=resource_version, timeout_seconds=timeout_seconds,
-                                  allow_watch_bookmarks=True, **kwargs):
+            for event in w.stream(list_fn, resource_version=resource_version,
+                                  timeout_seconds=timeout_seconds, allow_watch_bookmarks=True, **kwargs):
                 kind, obj = event.get("type"), event.get("raw_object") or event.get("object") or {}
                 yield kind, obj
         except ApiException as exc:

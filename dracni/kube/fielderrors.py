@@ -6,7 +6,8 @@ Used by dracni's own status validation and by the test API server, so both say t
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 
 def quote(value: Any) -> str:

@@ -6,10 +6,15 @@ returned is an error, never silently overwritten.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ..clock import now_rfc3339
 from ..status.entries import device_status_entry
 from ..status.sink import SinkError
 from .api import ApiError, KubeApi
+
+if TYPE_CHECKING:
+    from ..state.records import StatusOutbox
 
 CONDITION_TYPE = "IPsAllocated"
 CONDITION_REASON = "SuccessfulAllocation"
@@ -20,13 +25,14 @@ class IpamClaimWriter:
         self.api = api
         self.driver = driver
 
-    def sync(self, outbox: dict) -> None:
+    def sync(self, outbox: StatusOutbox) -> None:
         """For every ready attachment of the claim that names an IPAMClaim, record its addresses."""
         namespace = outbox["claim"]["namespace"]
         for fact in outbox.get("devices") or []:
-            if fact.get("ipamClaim") and fact.get("ready"):
+            ipamclaim = fact.get("ipamClaim")
+            if ipamclaim and fact.get("ready"):
                 ips = (device_status_entry(fact, driver=self.driver).get("networkData") or {}).get("ips") or []
-                self._write(namespace, fact["ipamClaim"], ips, fact.get("podName"))
+                self._write(namespace, ipamclaim, ips, fact.get("podName"))
 
     def _write(self, namespace: str, name: str, ips: list[str], pod_name: str | None) -> None:
         where = f"IPAMClaim {namespace}/{name}"
@@ -48,7 +54,7 @@ class IpamClaimWriter:
             raise SinkError(f"{where}: {exc}", retryable=exc.retryable) from None
 
 
-def _conditions(existing: list[dict], ips: list[str]) -> list[dict]:
+def _conditions(existing: list[dict[str, Any]], ips: list[str]) -> list[dict[str, Any]]:
     others = [c for c in existing if c.get("type") != CONDITION_TYPE]
     old = next((c for c in existing if c.get("type") == CONDITION_TYPE), None)
     message = f"addresses {', '.join(ips)} allocated by dracni"

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ..status.sink import SinkError
 from .api import ApiError, KubeApi
+
+if TYPE_CHECKING:
+    from ..state.records import ClaimRef
 
 
 class ApiStatusSink:
@@ -12,7 +17,7 @@ class ApiStatusSink:
     def __init__(self, api: KubeApi) -> None:
         self.api = api
 
-    def apply(self, claim: dict, driver: str, devices: list[dict]) -> None:
+    def apply(self, claim: ClaimRef, driver: str, devices: list[dict[str, Any]]) -> None:
         try:
             self.api.apply_claim_status(claim["namespace"], claim["name"], devices, field_manager=driver)
         except ApiError as exc:

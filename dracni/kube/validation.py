@@ -11,7 +11,7 @@ status, the ResourceSlice builder and the kubelet server.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -51,7 +51,7 @@ def json_size(value: Any) -> int | None:
         return None
 
 
-def _is_index(value: Any) -> bool:
+def _is_index(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -162,12 +162,12 @@ def _qualified_name(value: str) -> list[str]:
     return errs
 
 
-def _str_field(entry: dict, key: str) -> str:
+def _str_field(entry: dict[str, Any], key: str) -> str:
     value = entry.get(key)
     return value if isinstance(value, str) else ""
 
 
-def device_id(item: dict) -> str:
+def device_id(item: dict[str, Any]) -> str:
     """``driver/pool/device`` plus ``/shareID`` when set (structured.SharedDeviceID)."""
     ident = f"{_str_field(item, 'driver')}/{_str_field(item, 'pool')}/{_str_field(item, 'device')}"
     share = item.get("shareID")
@@ -176,7 +176,7 @@ def device_id(item: dict) -> str:
     return ident
 
 
-def _validate_names(entry: dict, path: str) -> list[str]:
+def _validate_names(entry: dict[str, Any], path: str) -> list[str]:
     errs: list[str] = []
     driver = entry.get("driver")
     driver = driver if isinstance(driver, str) else ""
@@ -327,8 +327,8 @@ def _validate_network_data(network: Any, path: str) -> list[str]:
 
 
 def validate_device_status(
-    entry: dict,
-    allocated_results: list[dict] | None = None,
+    entry: dict[str, Any],
+    allocated_results: list[dict[str, Any]] | None = None,
     path: str = "status.devices[0]",
 ) -> list[str]:
     """Violations of the API server's rules for one ``status.devices`` entry.
@@ -352,8 +352,8 @@ def validate_device_status(
 
 
 def validate_status_devices(
-    devices: list[dict],
-    allocated_results: list[dict] | None = None,
+    devices: list[dict[str, Any]],
+    allocated_results: list[dict[str, Any]] | None = None,
     path: str = "status.devices",
 ) -> list[str]:
     """Violations for a whole ``status.devices`` list: every entry, plus duplicate keys."""
