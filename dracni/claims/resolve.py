@@ -2,7 +2,7 @@
 
 Works on the API's camelCase JSON form of resource.k8s.io v1, v1beta1 and v1beta2: the
 allocation results, the allocation's config and ``status.reservedFor`` have the same shape in
-all three.  Config precedence follows the API (CONTRACTS.md section 3): this driver's opaque
+all three.  Config precedence follows the API (docs/contracts.md section 3): this driver's opaque
 configs only, class configs before claim configs, later wins, and a config naming request
 ``req`` also applies to the subrequests ``req/<sub>``.  The parameters of the winning config
 are used as a whole (they are not merged with earlier ones).

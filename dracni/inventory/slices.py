@@ -3,7 +3,7 @@
 One pool per node, named after the node; one device per offered interface.  Device names are
 DNS labels derived from interface names; attributes live in the driver's domain
 (``<driver>/ifName``, ...) plus the standard ``resource.kubernetes.io/pciBusID`` and
-``resource.kubernetes.io/pcieRoot``.  Limits (CONTRACTS.md section 4, and the API server's
+``resource.kubernetes.io/pcieRoot``.  Limits (docs/contracts.md section 4, and the API server's
 validation, whose rules and numbers are in ``dracni.kube.validation``): <=128 devices per slice,
 <=32 attributes per device, attribute names ``[<dns-subdomain <=63>/]<C identifier <=32>``,
 string and version values <=64 bytes, each attribute exactly one of int/bool/string/version.

@@ -11,6 +11,7 @@ status, the ResourceSlice builder and the kubelet server.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, TypeGuard
 
 import orjson
@@ -216,11 +217,16 @@ def _validate_names(entry: dict[str, Any], path: str) -> list[str]:
     return errs
 
 
-def _validate_conditions(conditions: Any, path: str) -> list[str]:
-    if conditions is None:
+def _optional(value: Any, path: str, kind: type, problem: str, check: Callable[[Any, str], list[str]]) -> list[str]:
+    """The rules of an optional field: none when it is absent, ``problem`` when of another JSON type."""
+    if value is None:
         return []
-    if not isinstance(conditions, list):
-        return [_invalid(path, conditions, "must be a list of conditions")]
+    if not isinstance(value, kind):
+        return [_invalid(path, value, problem)]
+    return check(value, path)
+
+
+def _validate_conditions(conditions: list[Any], path: str) -> list[str]:
     errs: list[str] = []
     if len(conditions) > MAX_CONDITIONS:
         errs.append(_too_many(path, len(conditions), MAX_CONDITIONS))
@@ -285,11 +291,7 @@ def _validate_data(data: Any, path: str) -> list[str]:
     return []
 
 
-def _validate_network_data(network: Any, path: str) -> list[str]:
-    if network is None:
-        return []
-    if not isinstance(network, dict):
-        return [_invalid(path, network, "must be an object")]
+def _validate_network_data(network: dict[str, Any], path: str) -> list[str]:
     errs: list[str] = []
     name = network.get("interfaceName")
     if isinstance(name, str) and _blen(name) > INTERFACE_NAME_MAX:
@@ -345,9 +347,11 @@ def validate_device_status(
         ident = device_id(entry)
         if ident not in allocated:
             errs.append(_invalid(path, ident, "must be an allocated device in the claim"))
-    errs.extend(_validate_conditions(entry.get("conditions"), f"{path}.conditions"))
+    errs.extend(_optional(entry.get("conditions"), f"{path}.conditions", list, "must be a list of conditions",
+                          _validate_conditions))
     errs.extend(_validate_data(entry.get("data"), f"{path}.data"))
-    errs.extend(_validate_network_data(entry.get("networkData"), f"{path}.networkData"))
+    errs.extend(_optional(entry.get("networkData"), f"{path}.networkData", dict, "must be an object",
+                          _validate_network_data))
     return errs
 
 

@@ -18,6 +18,7 @@ the same guards:
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from ..claims.prepare import PrepareOutcome, prepare_claims, unprepare_claims
@@ -45,18 +46,22 @@ class ClaimSource(Protocol):
         ...
 
 
+@dataclass(kw_only=True)
 class KubeletPluginHelper:
-    """Prepares and unprepares the claims kubelet names; see the module docstring."""
+    """Prepares and unprepares the claims kubelet names; see the module docstring.
 
-    def __init__(self, *, state: StateDir, claims: ClaimSource, driver: str, node: str | None,
-                 allowed_types: frozenset[str] | None = None, ipamclaims: IpamClaimGetter | None = None) -> None:
-        self.state = state
-        self.claims = claims
-        self.driver = driver
-        self.node = node
-        self.allowed_types = allowed_types
-        self.ipamclaims = ipamclaims
-        self._lock = threading.Lock()
+    ``node`` None (``dracni prepare`` without ``--node``) skips the node check; ``allowed_types``
+    None allows every delegate type; without ``ipamclaims`` an attachment naming an IPAMClaim
+    fails to prepare.
+    """
+
+    state: StateDir
+    claims: ClaimSource
+    driver: str
+    node: str | None
+    allowed_types: frozenset[str] | None = None
+    ipamclaims: IpamClaimGetter | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def prepare(self, refs: list[ClaimRef]) -> dict[str, PrepareOutcome]:
         """claim UID -> outcome, one for every ref."""

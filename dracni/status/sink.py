@@ -2,7 +2,7 @@
 
 A :class:`StatusSink` replaces *one driver's* entries of a claim's ``status.devices`` and keeps
 the other drivers' entries, the semantics of a server-side apply of the status subresource
-with ``fieldManager=<driver>`` (CONTRACTS.md section 3).
+with ``fieldManager=<driver>`` (docs/contracts.md section 3).
 
 :class:`LocalStatusSink` is the clusterless sink: for a claim read from a manifest file
 ``<dir>/<stem>.yaml`` it maintains ``<dir>/<stem>.<namespace>.<name>.status.json``, a partial

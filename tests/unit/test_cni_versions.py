@@ -1,6 +1,6 @@
 """CNI spec versions: parsing, exact-match acceptance, negotiation and result conversion.
 
-Conversion rules (CONTRACTS.md section 1): the internal form is 1.x; 1.0.0 <-> 1.1.0 changes only
+Conversion rules (docs/contracts.md section 1): the internal form is 1.x; 1.0.0 <-> 1.1.0 changes only
 the version string; going to 0.3.0/0.3.1/0.4.0 adds ``ips[].version`` (derived from the address
 family) and drops the 1.1-only fields (interfaces socketPath/pciID, routes
 mtu/advmss/priority/table/scope); coming up from 0.x drops ``ips[].version``.

@@ -272,7 +272,7 @@ def host_path_of(container: dict, path: str) -> str | None:
 
 
 def test_kubelet_and_state_paths_are_mounted_at_the_host_path():
-    """CONTRACTS.md section 2: kubelet dials the sockets at the paths the plugin registers, and
+    """docs/contracts.md section 2: kubelet dials the sockets at the paths the plugin registers, and
     the CNI plugin on the host reads the state dir at the path written in the conflist."""
     main = main_container()
     registry, plugins, state = (flag(main, "--registry-dir"), flag(main, "--plugins-dir"),

@@ -2,7 +2,7 @@
 stable output, comparison and the v1beta1 form.
 
 ``validate_slice`` below re-implements, independently of the code under test, the API server's
-rules for a resource.k8s.io/v1 ResourceSlice that CONTRACTS.md section 4 lists (and
+rules for a resource.k8s.io/v1 ResourceSlice that docs/contracts.md section 4 lists (and
 k8s.io/kubernetes pkg/apis/resource/validation spells out): every built slice must pass it, and
 it is itself checked against hand-made invalid slices so it cannot pass vacuously.
 """

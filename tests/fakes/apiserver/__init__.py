@@ -1,7 +1,7 @@
 """A test Kubernetes API server, spoken to over HTTP by the real ``kubernetes`` Python client.
 
 ``FakeApiServer`` serves, on 127.0.0.1 and an ephemeral port, exactly the part of
-kube-apiserver that dracni uses (``CONTRACTS.md`` sections 3-5), with the real response shapes:
+kube-apiserver that dracni uses (``docs/contracts.md`` sections 3-5), with the real response shapes:
 
 - ``resource.k8s.io/v1`` ``resourceclaims`` (namespaced): create, get, list (one namespace or
   all), watch, update (``PUT``, resourceVersion precondition), delete, the ``status``
