@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..clock import now_rfc3339
-from ..status.entries import device_status_entry
+from ..status.entries import fact_ips
 from ..status.sink import SinkError
 from .api import ApiError, KubeApi
 
@@ -21,9 +21,8 @@ CONDITION_REASON = "SuccessfulAllocation"
 
 
 class IpamClaimWriter:
-    def __init__(self, api: KubeApi, driver: str) -> None:
+    def __init__(self, api: KubeApi) -> None:
         self.api = api
-        self.driver = driver
 
     def sync(self, outbox: StatusOutbox) -> None:
         """For every ready attachment of the claim that names an IPAMClaim, record its addresses."""
@@ -31,7 +30,7 @@ class IpamClaimWriter:
         for fact in outbox.get("devices") or []:
             ipamclaim = fact.get("ipamClaim")
             if ipamclaim and fact.get("ready"):
-                ips = (device_status_entry(fact, driver=self.driver).get("networkData") or {}).get("ips") or []
+                ips = fact_ips(fact)
                 self._write(namespace, ipamclaim, ips, fact.get("podName"))
 
     def _write(self, namespace: str, name: str, ips: list[str], pod_name: str | None) -> None:

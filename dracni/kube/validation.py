@@ -95,11 +95,6 @@ _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4
 _CONDITION_STATUSES = ("False", "True", "Unknown")
 
 
-def is_dns_label(value: str) -> bool:
-    """An RFC 1123 label (device names): ``[a-z0-9]([-a-z0-9]*[a-z0-9])?``, at most 63."""
-    return len(value) <= DNS1123_LABEL_MAX and bool(_DNS1123_LABEL.match(value))
-
-
 def is_dns_subdomain(value: str) -> bool:
     """An RFC 1123 subdomain (object names, pool names), at most 253 characters."""
     return 0 < len(value) <= DNS1123_SUBDOMAIN_MAX and bool(_DNS1123_SUBDOMAIN.match(value))

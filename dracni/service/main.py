@@ -59,7 +59,7 @@ class Service:
                                     registry_dir=opts.registry_dir, prepare=observed_prepare(self.helper.prepare),
                                     unprepare=observed_unprepare(self.helper.unprepare))
         self.status = StatusPublisher(self.state, ApiStatusSink(self.api), opts.driver,
-                                      on_published=IpamClaimWriter(self.api, opts.driver).sync)
+                                      on_published=IpamClaimWriter(self.api).sync)
         self.slices = SlicePublisher(self.api, driver=opts.driver, node=opts.node, include=opts.nic_include or None,
                                      exclude=opts.nic_exclude or None, netns=opts.netns) \
             if opts.publish_slices else None

@@ -200,7 +200,7 @@ def device_status_entry(fact: DeviceFact, *, driver: str) -> Entry:
     network: dict[str, Any] = {}
     if if_name and len(if_name.encode("utf-8")) <= INTERFACE_NAME_MAX:
         network["interfaceName"] = if_name
-    ips = _attachment_ips(result, index) or _kept_ips(fact.get("keptIPs"))
+    ips = fact_ips(fact)
     if ips:
         network["ips"] = ips
     if index is not None and isinstance(result, dict):
@@ -210,6 +210,17 @@ def device_status_entry(fact: DeviceFact, *, driver: str) -> Entry:
     if network:
         entry["networkData"] = network
     return entry
+
+
+def fact_ips(fact: DeviceFact) -> list[str]:
+    """The attachment's addresses as ``networkData.ips`` shows them: canonical, at most 16.
+
+    Those of the attachment's interface in the CNI result; without a result (Detached, or a
+    failed ADD), a persistent attachment's kept addresses.
+    """
+    result = fact.get("result")
+    return _attachment_ips(result, _attachment_index(result, fact.get("ifName") or "")) or _kept_ips(
+        fact.get("keptIPs"))
 
 
 def _kept_ips(values: Any) -> list[str]:
