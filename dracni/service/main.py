@@ -81,6 +81,9 @@ class Service:
             return False, "claim cache not synced"
         if self.slices is not None and not self.slices.published.is_set():
             return False, "ResourceSlices not published"
+        if not self.grpc.registered:  # None until kubelet's first NotifyRegistrationStatus
+            error = self.grpc.registration_error
+            return False, f"kubelet refused the registration: {error}" if error else "not registered with kubelet"
         return True, "ok"
 
     def start(self) -> None:
