@@ -350,13 +350,13 @@ def install(bin_dir: str, conf_dir: str, primary: str | None, conf_file: str, st
         return
 
     import logging
-    import signal
     import threading
+
+    from .service.signals import stop_on_signals
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop_on_signals(stop)
     click.echo(f"watching {conf_dir}")
     inst.watch(conf_dir, dracni_conf, primary, conf_file, stop=stop, resync_seconds=resync_seconds)
 

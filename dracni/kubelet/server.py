@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent import futures
@@ -75,8 +74,8 @@ class DRAPluginServer:
 
     ``start()`` brings the DRA socket up first and the registration socket after it;
     ``stop()`` takes the registration socket down first (kubelet then deregisters the
-    plugin) and removes both socket files.  After ``install_signal_handlers()``, SIGTERM and
-    SIGINT stop the server; ``wait()`` returns once it has stopped.
+    plugin) and removes both socket files; ``wait()`` returns once it has stopped.  Signals are
+    the command's business (``dracni.service.signals``).
 
     Kubelet's verdict on the registration: ``registered`` (None until kubelet reports),
     ``registration_error`` and ``registered_event`` (set while kubelet says registered).
@@ -215,22 +214,6 @@ class DRAPluginServer:
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the server has stopped (or ``timeout``); True once stopped."""
         return self._stopped.wait(timeout)
-
-    def install_signal_handlers(
-        self, signals: Iterable[int] = (signal.SIGTERM, signal.SIGINT), grace: float = 5.0
-    ) -> None:
-        """Make the given signals stop the server (call from the main thread).
-
-        The handler only starts a thread running ``stop(grace)``: stopping inside the
-        handler could deadlock on a lock the interrupted main thread holds.
-        """
-
-        def handler(signum: int, _frame: Any) -> None:
-            log.info("signal %s: stopping DRA driver %s plugin server", signal.Signals(signum).name, self.driver)
-            threading.Thread(target=self.stop, args=(grace,), name="dracni-stop").start()
-
-        for sig in signals:
-            signal.signal(sig, handler)
 
     def __enter__(self) -> DRAPluginServer:
         self.start()

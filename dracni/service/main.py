@@ -8,13 +8,22 @@ Everything that talks to the API server lives here, never in the CNI plugin.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import defaults
+from . import signals
 
 log = logging.getLogger("dracni.service")
+
+#: In-flight kubelet calls get this long once the service stops (kubelet retries what fails).
+GRPC_GRACE_SECONDS = 2.0
+#: The loops' threads get this long, all together, to finish what they are doing.
+JOIN_SECONDS = 1.0
+#: After a stop signal the process is gone within this long, whatever is stuck (issue 8).
+STOP_DEADLINE_SECONDS = 4.0
 
 
 @dataclass
@@ -65,18 +74,23 @@ class Service:
             if opts.publish_slices else None
         self.health = HealthServer(opts.health_address, self.ready) if opts.health_address else None
         self._threads: list[threading.Thread] = []
+        self._stops: list[Callable[[], None]] = []  # undo what start() did, newest last
 
     def ready(self) -> tuple[bool, str]:
         if not self.claims.synced.is_set():
             return False, "claim cache not synced"
         if self.slices is not None and not self.slices.published.is_set():
             return False, "ResourceSlices not published"
+        if not self.grpc.registered:  # None until kubelet's first NotifyRegistrationStatus
+            error = self.grpc.registration_error
+            return False, f"kubelet refused the registration: {error}" if error else "not registered with kubelet"
         return True, "ok"
 
     def start(self) -> None:
         self.state.ensure()
         if self.health:
             self.health.start()
+            self._stops.append(self.health.stop)
         loops = [("claim-cache", self.claims.run), ("status-publisher", self.status.run)]
         if self.slices is not None:
             loops.append(("slice-publisher", self.slices.run))
@@ -85,25 +99,30 @@ class Service:
             thread.start()
             self._threads.append(thread)
         self.grpc.start()  # the DRA socket listens before the registration socket appears
+        self._stops.append(lambda: self.grpc.stop(GRPC_GRACE_SECONDS))
         log.info("dracni kubelet plugin %s serving on node %s", self.opts.driver, self.opts.node)
 
     def stop(self) -> None:
+        """Stop what ``start()`` started, newest first (the gRPC servers: kubelet deregisters
+        the plugin), then give the loops ``JOIN_SECONDS`` in all: they are daemon threads, and
+        one blocked in a call to a vanished API server must not hold the process."""
         self.stop_event.set()
-        self.grpc.stop()
-        if self.health:
-            self.health.stop()
+        while self._stops:
+            try:
+                self._stops.pop()()
+            except Exception:  # stop the rest anyway
+                log.exception("stopping the service")
+        deadline = time.monotonic() + JOIN_SECONDS
         for thread in self._threads:
-            thread.join(timeout=2)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def run_until_signalled(self) -> None:
-        def handle(signum, _frame):
-            log.info("signal %d: stopping", signum)
-            self.stop_event.set()
-
-        signal.signal(signal.SIGTERM, handle)
-        signal.signal(signal.SIGINT, handle)
-        self.start()
+        """Serve until SIGTERM or SIGINT, then stop; the process ends within
+        ``STOP_DEADLINE_SECONDS`` of the signal even if something is stuck."""
+        signals.stop_on_signals(self.stop_event)
         try:
-            self.stop_event.wait()
+            self.start()
+            signals.wait_for_stop(self.stop_event)
         finally:
+            signals.exit_after(STOP_DEADLINE_SECONDS)
             self.stop()

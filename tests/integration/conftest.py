@@ -105,8 +105,8 @@ def service(lab, api):
 
     lab.write_conflist()
     svc = ServiceProcess(lab, api)
-    svc.start()
     try:
+        svc.start()  # ready: registered with the node's fake kubelet
         yield svc
     finally:
         svc.close()
@@ -114,15 +114,8 @@ def service(lab, api):
 
 @pytest.fixture
 def kubelet(service):
-    from tests.fakes.kubelet import FakeKubelet
-    from tests.integration.service import DRIVER
-
-    fake = FakeKubelet(str(service.registry_dir), driver=DRIVER)
-    fake.wait_for_plugin(timeout=10)
-    try:
-        yield fake
-    finally:
-        fake.close()
+    """The node's fake kubelet, with the service's plugin registered (the service closes it)."""
+    return service.kubelet
 
 
 def prepare_ok(kubelet, claim) -> object:

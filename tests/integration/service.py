@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -13,8 +14,9 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+from tests import procs
 from tests.fakes.apiserver import FakeApiServer
-from tests.fakes.kubelet import FakeKubelet
+from tests.fakes.kubelet import FakeKubelet, RegistrationError
 from tests.harness import DRACNI_BINARY, Lab, attachment_params
 
 DRIVER = "dracni.io"
@@ -28,11 +30,19 @@ def free_port() -> int:
 
 
 class ServiceProcess:
-    """The DaemonSet's main process: the frozen bundle, NICs discovered in the lab's host netns."""
+    """The DaemonSet's main process: the frozen bundle, NICs discovered in the lab's host netns.
 
-    def __init__(self, lab: Lab, api: FakeApiServer) -> None:
+    ``kubelet`` plays the node's kubelet: it registers the plugin each time the service starts
+    (kubelet's plugin watcher does so when the registration socket appears), and the service is
+    ready only once registered.  The service runs in a process group of its own: ``stop()``
+    kills what it left in it, and ``close()`` fails on such ``leftovers`` (a forked child that
+    outlived the service).
+    """
+
+    def __init__(self, lab: Lab, api: FakeApiServer, kubeconfig: str | None = None) -> None:
         self.lab = lab
         self.api = api
+        self.kubeconfig = kubeconfig or api.kubeconfig_path  # another one: e.g. through a proxy
         # Unix socket paths must stay under 108 bytes: a short dir under /tmp.
         self.sockets = Path(tempfile.mkdtemp(prefix="dr-", dir="/tmp"))
         self.registry_dir = self.sockets / "reg"
@@ -40,20 +50,28 @@ class ServiceProcess:
         self.health_port = free_port()
         self.log_path = lab.tmp / "service.log"
         self.proc: subprocess.Popen | None = None
+        self.kubelet = FakeKubelet(str(self.registry_dir), driver=DRIVER)
+        self.leftovers: list[str] = []  # what stop() found (and killed) in the service's process group
 
     def start(self, wait_ready: bool = True) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            raise AssertionError(f"the service (pid {self.proc.pid}) is already running")
         cmd = [str(DRACNI_BINARY), "kubelet-plugin", f"--driver={DRIVER}", f"--node-name={NODE}",
-               f"--kubeconfig={self.api.kubeconfig_path}", f"--state-dir={self.lab.state_dir}",
+               f"--kubeconfig={self.kubeconfig}", f"--state-dir={self.lab.state_dir}",
                f"--registry-dir={self.registry_dir}", f"--plugins-dir={self.plugins_dir}",
                f"--health-address=127.0.0.1:{self.health_port}", f"--nic-netns={self.lab.host.path}",
                "--log-level=debug",
                # The lab's NIC stand-ins are veths, which a node's defaults rightly exclude.
                "--nic-include=eth1", "--nic-include=eth2", "--nic-include=eth9"]
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, env={k: v for k, v in os.environ.items()
-                                                                        if not k.startswith("KUBE")})
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, process_group=0,
+                                         env={k: v for k, v in os.environ.items() if not k.startswith("KUBE")})
         if wait_ready:
-            self.wait_ready()
+            try:
+                self.wait_ready()
+            except BaseException:
+                self.stop()
+                raise
 
     def readyz(self) -> tuple[int, str]:
         try:
@@ -69,33 +87,59 @@ class ServiceProcess:
             return r.read().decode()
 
     def wait_ready(self, timeout: float = 20) -> None:
+        """Register the plugin with ``kubelet`` once its socket appears, then wait for /readyz."""
         deadline = time.monotonic() + timeout
+        registered = False
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"service exited with {self.proc.returncode}:\n{self.log()}")
-            if self.readyz()[0] == 200:
+            if not registered:
+                try:
+                    self.kubelet.wait_for_plugin(timeout=0)
+                    registered = True
+                except RegistrationError:
+                    pass  # no socket yet, or not answering yet: kubelet retries too
+            if registered and self.readyz()[0] == 200:
                 return
             time.sleep(0.05)
         raise AssertionError(f"service not ready in {timeout}s: {self.readyz()}\n{self.log()}")
 
     def stop(self) -> int:
-        if self.proc and self.proc.poll() is None:
+        """SIGTERM, SIGKILL after 15 s; then kill what is left in the service's process group."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        return self.proc.returncode if self.proc else 0
+        group = self._group()
+        self.leftovers += [p.describe() for p in group]
+        procs.kill(group)
+        return self.proc.returncode
+
+    def _group(self, settle: float = 1.0) -> list[procs.Proc]:
+        """The service's process group once its members had ``settle`` seconds to go."""
+        deadline = time.monotonic() + settle
+        while True:
+            group = [p for p in procs.snapshot().values() if p.pgid == self.proc.pid and p.state != "Z"]
+            if not group or time.monotonic() > deadline:
+                return group
+            time.sleep(0.02)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def close(self) -> None:
-        self.stop()
-        import shutil
-
-        shutil.rmtree(self.sockets, ignore_errors=True)
+        try:
+            self.stop()
+        finally:
+            self.kubelet.close()
+            shutil.rmtree(self.sockets, ignore_errors=True)
+        if self.leftovers:
+            raise AssertionError(f"the service left processes running (killed): {self.leftovers}")
 
 
 def macvlan_params(lab: Lab, *, subnet: str = "10.10.1.0/24", master: str = "eth1", if_name: str | None = None,

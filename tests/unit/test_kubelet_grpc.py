@@ -528,14 +528,18 @@ def test_too_long_socket_paths_are_rejected_at_construction(sockdir):
 
 
 SIGTERM_SCRIPT = """
-import logging, sys
+import logging, sys, threading
 from dracni.kubelet.server import DRAPluginServer
+from dracni.service.signals import stop_on_signals, wait_for_stop
 logging.basicConfig(level=logging.INFO)
 server = DRAPluginServer(driver="dracni.io", plugins_dir=sys.argv[1], registry_dir=sys.argv[2],
                          prepare=lambda c: {}, unprepare=lambda c: {})
+stop = threading.Event()
+stop_on_signals(stop)
 server.start()
-server.install_signal_handlers(grace=1)
 print("ready", flush=True)
+wait_for_stop(stop)
+server.stop(grace=1)
 sys.exit(0 if server.wait(30) else 3)
 """
 
