@@ -8,10 +8,19 @@ clear the state dir the CNI plugin reads, ``publish-status`` drains the status o
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
 
 from . import __version__, defaults, jsonio
+
+if TYPE_CHECKING:
+    from .claims.manifests import ManifestClaimSource
+    from .state.store import StateDir
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 state_dir_option = click.option(
     "--state-dir", envvar="DRACNI_STATE_DIR", default=defaults.STATE_DIR, show_default=True,
@@ -27,13 +36,13 @@ def main() -> None:
     """dracni: Kubernetes DRA network attachments through CNI."""
 
 
-def _state(state_dir: str):
+def _state(state_dir: str) -> StateDir:
     from .state.store import StateDir
 
     return StateDir(state_dir)
 
 
-def _source(path: str):
+def _source(path: str) -> ManifestClaimSource:
     from .claims.manifests import ClaimSourceError, ManifestClaimSource
 
     source = ManifestClaimSource(path)
@@ -44,7 +53,7 @@ def _source(path: str):
     return source
 
 
-def _select(source, names: tuple[str, ...]) -> list[dict]:
+def _select(source: ManifestClaimSource, names: tuple[str, ...]) -> list[dict[str, Any]]:
     claims = source.list()
     if not names:
         return claims
@@ -143,22 +152,25 @@ def publish_status(claims_path: str, state_dir: str, driver: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the raw records as JSON.")
 def inspect(state_dir: str, as_json: bool) -> None:
     """Show what the state dir holds: prepared claims, attachments, pending status."""
+    from .state.records import is_pending
+
     state = _state(state_dir)
-    snapshot = {"stateDir": state.root, "claims": state.list_claims(), "attachments": state.list_attachments(),
-                "outbox": state.list_outbox()}
+    claims, attachments, outbox = state.list_claims(), state.list_attachments(), state.list_outbox()
     if as_json:
+        snapshot = {"stateDir": state.root, "claims": claims, "attachments": attachments, "outbox": outbox}
         click.echo(jsonio.dumps(snapshot, pretty=True).decode())
         return
     click.echo(f"state dir {state.root}")
-    click.echo(f"prepared claims: {len(snapshot['claims'])}")
-    for c in snapshot["claims"]:
+    click.echo(f"prepared claims: {len(claims)}")
+    for c in claims:
         pods = ", ".join(p.get("name") or p.get("uid") for p in c.get("pods", []))
         click.echo(f"  {c['namespace']}/{c['name']} uid={c['uid']} pods=[{pods}]")
-        for d in c["devices"]:
-            plugins = "+".join(p.get("type", "?") for p in d["config"]["plugins"])
-            click.echo(f"    {d['request']}: {d['pool']}/{d['device']} ifName={d.get('ifName') or 'auto'} {plugins}")
-    click.echo(f"attachments: {len(snapshot['attachments'])}")
-    for a in snapshot["attachments"]:
+        for spec in c["devices"]:
+            plugins = "+".join(p.get("type", "?") for p in spec["config"]["plugins"])
+            click.echo(f"    {spec['request']}: {spec['pool']}/{spec['device']} ifName={spec.get('ifName') or 'auto'} "
+                       f"{plugins}")
+    click.echo(f"attachments: {len(attachments)}")
+    for a in attachments:
         pod = a.get("pod") or {}
         click.echo(f"  {a['network']} container={a['containerID']} pod={pod.get('namespace')}/{pod.get('name')} "
                    f"state={a['state']}")
@@ -166,8 +178,8 @@ def inspect(state_dir: str, as_json: bool) -> None:
             ips = ", ".join(ip.get("address", "") for ip in (d.get("result") or {}).get("ips", []))
             click.echo(f"    {d['ifName']}: claim {d['claim']['namespace']}/{d['claim']['name']} "
                        f"{d['pool']}/{d['device']} {ips}".rstrip())
-    pending = [o for o in snapshot["outbox"] if o["seq"] > o["publishedSeq"]]
-    click.echo(f"status outbox: {len(pending)} pending of {len(snapshot['outbox'])}")
+    pending = [o for o in outbox if is_pending(o)]
+    click.echo(f"status outbox: {len(pending)} pending of {len(outbox)}")
     for o in pending:
         click.echo(f"  {o['claim']['namespace']}/{o['claim']['name']} seq={o['seq']} published={o['publishedSeq']}")
 
@@ -268,12 +280,12 @@ conf_file_option = click.option(
     help="dracni's generated conflist in --conf-dir; its name must sort before every other config.")
 
 
-def _install_errors(func):
+def _install_errors(func: Callable[P, R]) -> Callable[P, R]:
     """InstallError -> one line on stderr, exit 1 (no traceback)."""
     import functools
 
     @functools.wraps(func)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         from .install import InstallError
 
         try:

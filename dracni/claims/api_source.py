@@ -13,26 +13,30 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 from ..kube.api import ApiError, KubeApi
 
 log = logging.getLogger(__name__)
 
+#: A ResourceClaim as the API serves it (camelCase JSON).
+Claim = dict[str, Any]
+
 WATCH_TIMEOUT = 300
 MAX_BACKOFF = 30.0
 
 
-def _key(obj: dict) -> tuple[str, str]:
+def _key(obj: Claim) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     return meta.get("namespace", ""), meta.get("name", "")
 
 
-def is_ready_for_prepare(claim: dict) -> bool:
+def is_ready_for_prepare(claim: Claim) -> bool:
     status = claim.get("status") or {}
     return bool(status.get("allocation")) and bool(status.get("reservedFor"))
 
 
-def reserved_pod_uids(claim: dict) -> set[str]:
+def reserved_pod_uids(claim: Claim) -> set[str]:
     return {r.get("uid") for r in (claim.get("status") or {}).get("reservedFor") or [] if r.get("resource") == "pods"}
 
 
@@ -40,14 +44,14 @@ class ClaimCache:
     def __init__(self, api: KubeApi, *, watch_timeout: int = WATCH_TIMEOUT) -> None:
         self.api = api
         self.watch_timeout = watch_timeout
-        self._claims: dict[tuple[str, str], dict] = {}
+        self._claims: dict[tuple[str, str], Claim] = {}
         self._lock = threading.Lock()
         self.synced = threading.Event()
         self.hits = 0
         self.misses = 0
 
     # -- reads -----------------------------------------------------------------------------
-    def get(self, namespace: str, name: str, known_pods: set[str] | None = None) -> dict | None:
+    def get(self, namespace: str, name: str, known_pods: set[str] | None = None) -> Claim | None:
         """The claim: from the cache when its copy is reserved for exactly ``known_pods``
         (the pods already prepared), else from the API."""
         with self._lock:
@@ -103,7 +107,7 @@ class ClaimCache:
                 with self._lock:
                     self._claims.pop(_key(obj), None)
 
-    def _store(self, obj: dict) -> None:
+    def _store(self, obj: Claim) -> None:
         """Keep the newer of two copies (resourceVersions compare as integers on kube-apiserver)."""
         key = _key(obj)
         with self._lock:
@@ -112,12 +116,12 @@ class ClaimCache:
                 self._claims[key] = obj
 
 
-def _rv(obj: dict) -> int:
+def _rv(obj: Claim) -> int:
     try:
         return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
     except ValueError:
         return 0
 
 
-def _uid(obj: dict) -> str:
-    return (obj.get("metadata") or {}).get("uid", "")
+def _uid(obj: Claim) -> str:
+    return str((obj.get("metadata") or {}).get("uid", ""))

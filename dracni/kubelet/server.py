@@ -1,5 +1,5 @@
 """The kubelet plugin's gRPC side: the DRA service kubelet calls, and the registration
-socket kubelet's plugin watcher finds it through (CONTRACTS.md section 2).
+socket kubelet's plugin watcher finds it through (docs/contracts.md section 2).
 
 - ``<plugins_dir>/<driver>/dra.sock``: ``DRAPlugin`` in both ``k8s.io.kubelet.pkg.apis.dra.v1``
   (kubelet 1.34+) and ``...v1beta1`` (1.32, 1.33), on one gRPC server.

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -93,7 +93,7 @@ class HealthServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, *args) -> None:  # quiet: probes hit this every few seconds
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's name); quiet: probes hit this every few seconds
                 pass
 
         self.ready = ready

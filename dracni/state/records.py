@@ -246,7 +246,7 @@ def is_pending(outbox: StatusOutbox) -> bool:
 # -- status facts -------------------------------------------------------------------------
 def device_fact(record: Attachment, dev: AttachedDevice) -> DeviceFact:
     """What the claim status should say about ``dev`` after this ADD (ready or failed)."""
-    pod = record["pod"]
+    pod = record.get("pod") or {}
     fact: DeviceFact = {
         "request": dev["request"], "pool": dev["pool"], "device": dev["device"], "shareID": dev.get("shareID"),
         "ifName": dev["ifName"], "ready": record["state"] == "ready" and dev.get("error") is None,

@@ -119,7 +119,7 @@ def test_generated_modules_load_together_under_unique_file_names():
     assert not [m for m in sys.modules if m == "k8s" or m.startswith("k8s.")]
 
 
-# Field numbers and types of CONTRACTS.md section 2 (= upstream's protos).
+# Field numbers and types of docs/contracts.md section 2 (= upstream's protos).
 _S, _B, _M = "string", "bool", "message"
 WIRE = {
     "NodePrepareResourcesRequest": {"claims": (1, _M, True)},
