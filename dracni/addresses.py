@@ -68,7 +68,6 @@ def canonical_interface_address(value: Any) -> str | None:
     return canonical
 
 
-
 def result_addresses(result: dict[str, Any] | None) -> list[str]:
     """The ``address`` of every entry of a CNI result's ``ips``."""
     return [ip["address"] for ip in (result or {}).get("ips") or [] if isinstance(ip.get("address"), str)]

@@ -10,7 +10,7 @@ import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the CNI hot path imports this module: no typing at run time
-    from typing import Callable
+    from collections.abc import Callable
 
 
 def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
@@ -22,7 +22,7 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)

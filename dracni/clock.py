@@ -7,6 +7,7 @@ and ``re`` when first used.
 from __future__ import annotations
 
 import time
+from datetime import UTC
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -28,9 +29,9 @@ def now_rfc3339() -> str:
 
 def zero_time() -> datetime:
     """Go's zero ``time.Time`` (what the API server treats as "not set")."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime(1, 1, 1, tzinfo=timezone.utc)
+    return datetime(1, 1, 1, tzinfo=UTC)
 
 
 def parse_rfc3339(value: object) -> datetime | None:
@@ -50,7 +51,7 @@ def parse_rfc3339(value: object) -> datetime | None:
     frac, zone = m.group(7), m.group(8)
     try:
         if zone in ("Z", "z"):
-            tz = timezone.utc
+            tz = UTC
         else:
             sign = 1 if zone[0] == "+" else -1
             hours, minutes = int(zone[1:3]), int(zone[4:6])
@@ -62,16 +63,15 @@ def parse_rfc3339(value: object) -> datetime | None:
     except ValueError:
         return None
     try:
-        return parsed.astimezone(timezone.utc)
+        return parsed.astimezone(UTC)
     except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00
         return None
 
 
 def format_rfc3339(moment: datetime) -> str:
     """``metav1.Time`` form: seconds precision, UTC, ``Z``."""
-    from datetime import timezone
 
-    return moment.astimezone(timezone.utc).strftime(_FORMAT)
+    return moment.astimezone(UTC).strftime(_FORMAT)
 
 
 def normalize_time(value: object) -> str:

@@ -29,8 +29,12 @@ from tests.harness import DRACNI_BINARY, REPO, Lab, attachment_params, claim_man
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "40"))
 POD_UID = "bbbbbbbb-0000-4000-8000-000000000001"
-PREV_RESULT = {"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": ""}],
-               "ips": [{"address": "10.244.0.9/24", "interface": 0}], "dns": {}}
+PREV_RESULT = {
+    "cniVersion": "1.0.0",
+    "interfaces": [{"name": "eth0", "sandbox": ""}],
+    "ips": [{"address": "10.244.0.9/24", "interface": 0}],
+    "dns": {},
+}
 
 
 def timed(cmd: list[str], env: dict, stdin: bytes) -> float:
@@ -44,9 +48,16 @@ def timed(cmd: list[str], env: dict, stdin: bytes) -> float:
 
 def cni_env(lab: Lab, command: str, netns: str, container_id: str, ifname: str = "eth0") -> dict:
     env = dict(os.environ)
-    env.update({"CNI_COMMAND": command, "CNI_CONTAINERID": container_id, "CNI_NETNS": netns, "CNI_IFNAME": ifname,
-                "CNI_PATH": str(lab.bin_dir),
-                "CNI_ARGS": f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=bench;K8S_POD_UID={POD_UID}"})
+    env.update(
+        {
+            "CNI_COMMAND": command,
+            "CNI_CONTAINERID": container_id,
+            "CNI_NETNS": netns,
+            "CNI_IFNAME": ifname,
+            "CNI_PATH": str(lab.bin_dir),
+            "CNI_ARGS": f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=bench;K8S_POD_UID={POD_UID}",
+        }
+    )
     return env
 
 
@@ -60,24 +71,42 @@ def inner(base: str) -> None:
     pod.exec("ip", "link", "add", "eth0", "type", "veth", "peer", "name", "peer0")
     pod_path = pod.path
     dracni = str(lab.bin_dir / "dracni")
-    dracni_conf = {"cniVersion": "1.0.0", "name": "podnet", "type": "dracni", "stateDir": str(lab.state_dir),
-                   "prevResult": PREV_RESULT}
+    dracni_conf = {
+        "cniVersion": "1.0.0",
+        "name": "podnet",
+        "type": "dracni",
+        "stateDir": str(lab.state_dir),
+        "prevResult": PREV_RESULT,
+    }
     tuning_conf = {"cniVersion": "1.0.0", "name": "podnet", "type": "tuning", "prevResult": PREV_RESULT}
-    macvlan = {"type": "macvlan", "master": "eth1", "mode": "bridge",
-               "ipam": {"type": "host-local", "subnet": "10.50.0.0/16", "dataDir": str(lab.ipam_dir)}}
+    macvlan = {
+        "type": "macvlan",
+        "master": "eth1",
+        "mode": "bridge",
+        "ipam": {"type": "host-local", "subnet": "10.50.0.0/16", "dataDir": str(lab.ipam_dir)},
+    }
     direct_conf = dict(macvlan, cniVersion="1.0.0", name="bench-direct")
 
     # (a) and (c): pass-through, no claims prepared for the pod yet.
     passthrough, tuning = [], []
     for i in range(ROUNDS):
         passthrough.append(timed([dracni], cni_env(lab, "ADD", pod_path, f"pt{i}"), json.dumps(dracni_conf).encode()))
-        tuning.append(timed([str(lab.bin_dir / "tuning")], cni_env(lab, "ADD", pod_path, f"tu{i}"),
-                            json.dumps(tuning_conf).encode()))
+        tuning.append(
+            timed(
+                [str(lab.bin_dir / "tuning")], cni_env(lab, "ADD", pod_path, f"tu{i}"), json.dumps(tuning_conf).encode()
+            )
+        )
 
     # (b): one macvlan claim through dracni, against macvlan + host-local exec'd directly.
     params = attachment_params([macvlan], name="bench-claim", if_name="net1")
-    lab.prepare(claim_manifest("bench", pod_uid=POD_UID, pod_name="bench",
-                               devices=[{"request": "net", "pool": "node", "device": "eth1", "params": params}]))
+    lab.prepare(
+        claim_manifest(
+            "bench",
+            pod_uid=POD_UID,
+            pod_name="bench",
+            devices=[{"request": "net", "pool": "node", "device": "eth1", "params": params}],
+        )
+    )
     with_claim, direct = [], []
     add_stdin = json.dumps(dracni_conf).encode()
     del_stdin = json.dumps({k: v for k, v in dracni_conf.items() if k != "prevResult"}).encode()
@@ -94,21 +123,34 @@ def inner(base: str) -> None:
     b_total, b_direct = median_ms(with_claim), median_ms(direct)
     b = b_total - b_direct
     print(f"rounds: {ROUNDS} per measurement, medians of wall time per exec")
-    print(f"(a) pass-through ADD, pod without claims:     {a:7.2f} ms   target <= 30 ms  "
-          f"{'OK' if a <= 30 else 'MISSED'}")
+    print(
+        f"(a) pass-through ADD, pod without claims:     {a:7.2f} ms   target <= 30 ms  {'OK' if a <= 30 else 'MISSED'}"
+    )
     print(f"(b) ADD with one macvlan claim:               {b_total:7.2f} ms")
     print(f"    macvlan + host-local ADD invoked directly: {b_direct:7.2f} ms")
-    print(f"    dracni's overhead (difference):            {b:7.2f} ms   target <= 40 ms  "
-          f"{'OK' if b <= 40 else 'MISSED'}")
+    print(
+        f"    dracni's overhead (difference):            {b:7.2f} ms   target <= 40 ms  {'OK' if b <= 40 else 'MISSED'}"
+    )
     print(f"(c) Debian tuning as chained pass-through:    {c:7.2f} ms")
-    print(f"ratios: (a)/(c) = {a / c:.1f}x   (b total)/(direct) = {b_total / b_direct:.2f}x   "
-          f"(b overhead)/(a) = {b / a:.2f}x")
+    print(
+        f"ratios: (a)/(c) = {a / c:.1f}x   (b total)/(direct) = {b_total / b_direct:.2f}x   "
+        f"(b overhead)/(a) = {b / a:.2f}x"
+    )
 
 
 def service_bench(base: str) -> None:
     """(d) and (e): the service (frozen bundle) against the fake API server, the fake kubelet over gRPC."""
-    from tests.integration.service import (DRIVER, FakeApiServer, FakeKubelet, ServiceProcess, claim_ref,
-                                           create_allocated_claim, macvlan_params, our_status, wait_for)
+    from tests.integration.service import (
+        DRIVER,
+        FakeApiServer,
+        FakeKubelet,
+        ServiceProcess,
+        claim_ref,
+        create_allocated_claim,
+        macvlan_params,
+        our_status,
+        wait_for,
+    )
 
     lab = Lab(base=Path(base) / "service", nics=("eth3",), host_name=os.environ["BENCH_HOST_NETNS"])
     api = FakeApiServer(Path(base) / "apiserver").start()
@@ -140,8 +182,13 @@ def service_bench(base: str) -> None:
         kubelet.prepare(refs[:1])
         pod = lab.pod("dracni-bench-status")
         env_add = cni_env(lab, "ADD", pod.path, "")
-        conf = {"cniVersion": "1.0.0", "name": "podnet", "type": "dracni", "stateDir": str(lab.state_dir),
-                "prevResult": PREV_RESULT}
+        conf = {
+            "cniVersion": "1.0.0",
+            "name": "podnet",
+            "type": "dracni",
+            "stateDir": str(lab.state_dir),
+            "prevResult": PREV_RESULT,
+        }
         visible = []
         for i in range(ROUNDS):
             env_add["CNI_CONTAINERID"] = f"status{i}"
@@ -155,11 +202,15 @@ def service_bench(base: str) -> None:
         d_first = median_ms(first_rounds)
         e50 = median_ms(visible)
         e95 = sorted(visible)[max(int(len(visible) * 0.95) - 1, 0)] * 1000
-        print(f"(d) NodePrepareResources, 32 claims, warm cache (replay): {d:7.2f} ms   target <= 50 ms  "
-              f"{'OK' if d <= 50 else 'MISSED'}")
+        print(
+            f"(d) NodePrepareResources, 32 claims, warm cache (replay): {d:7.2f} ms   target <= 50 ms  "
+            f"{'OK' if d <= 50 else 'MISSED'}"
+        )
         print(f"    first prepare of the 32 (one GET per claim):  {d_first:7.2f} ms")
-        print(f"(e) ADD return -> status visible: p50 {e50:7.2f} ms, p95 {e95:7.2f} ms   target p50 <= 250 ms  "
-              f"{'OK' if e50 <= 250 else 'MISSED'}")
+        print(
+            f"(e) ADD return -> status visible: p50 {e50:7.2f} ms, p95 {e95:7.2f} ms   target p50 <= 250 ms  "
+            f"{'OK' if e50 <= 250 else 'MISSED'}"
+        )
     finally:
         if kubelet:
             kubelet.close()
@@ -173,15 +224,31 @@ def bundle_startup() -> None:
     """Onedir (shipped) against onefile (re-extracts itself on every exec)."""
     onefile = REPO / "build" / "onefile" / "dracni"
     if not onefile.exists():
-        subprocess.run([sys.executable, "-m", "PyInstaller", "--noconfirm", "--log-level", "ERROR",
-                        "--distpath", str(onefile.parent), "--workpath", str(REPO / "build" / "pyinstaller-onefile"),
-                        str(REPO / "packaging" / "dracni.spec")], check=True, env=dict(os.environ, DRACNI_ONEFILE="1"))
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "PyInstaller",
+                "--noconfirm",
+                "--log-level",
+                "ERROR",
+                "--distpath",
+                str(onefile.parent),
+                "--workpath",
+                str(REPO / "build" / "pyinstaller-onefile"),
+                str(REPO / "packaging" / "dracni.spec"),
+            ],
+            check=True,
+            env=dict(os.environ, DRACNI_ONEFILE="1"),
+        )
     env = dict(os.environ, CNI_COMMAND="VERSION")
     stdin = b'{"cniVersion":"1.0.0"}'
     onedir_ms = median_ms([timed([str(DRACNI_BINARY)], env, stdin) for _ in range(ROUNDS)])
     onefile_ms = median_ms([timed([str(onefile)], env, stdin) for _ in range(max(ROUNDS // 4, 5))])
-    print(f"bundle start-up (VERSION): onedir {onedir_ms:.2f} ms, onefile {onefile_ms:.2f} ms "
-          f"({onefile_ms / onedir_ms:.1f}x): shipping onedir")
+    print(
+        f"bundle start-up (VERSION): onedir {onedir_ms:.2f} ms, onefile {onefile_ms:.2f} ms "
+        f"({onefile_ms / onedir_ms:.1f}x): shipping onedir"
+    )
 
 
 def main() -> None:
@@ -197,8 +264,12 @@ def main() -> None:
     subprocess.run(["ip", "netns", "add", host], check=True)
     try:
         ip("link", "set", "lo", "up", netns=host)
-        subprocess.run(["ip", "netns", "exec", host, sys.executable, "-m", "tests.bench", "--inner", base],
-                       check=True, env=dict(os.environ, BENCH_HOST_NETNS=host), cwd=REPO)
+        subprocess.run(
+            ["ip", "netns", "exec", host, sys.executable, "-m", "tests.bench", "--inner", base],
+            check=True,
+            env=dict(os.environ, BENCH_HOST_NETNS=host),
+            cwd=REPO,
+        )
         bundle_startup()
     finally:
         for ns in subprocess.run(["ip", "netns", "list"], capture_output=True).stdout.decode().split():

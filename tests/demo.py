@@ -20,11 +20,19 @@ POD_UID = str(uuid.uuid4())
 
 
 def demo_claim(lab: Lab) -> dict:
-    plugin = {"type": "macvlan", "master": "eth1", "mode": "bridge",
-              "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.10.1.0/24"}]], "dataDir": str(lab.ipam_dir)}}
+    plugin = {
+        "type": "macvlan",
+        "master": "eth1",
+        "mode": "bridge",
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.10.1.0/24"}]], "dataDir": str(lab.ipam_dir)},
+    }
     params = attachment_params([plugin], name="macvlan-eth1", if_name="net1")
-    return claim_manifest("demo-macvlan", pod_uid=POD_UID, pod_name="demo",
-                          devices=[{"request": "macvlan", "pool": "demo-node", "device": "eth1", "params": params}])
+    return claim_manifest(
+        "demo-macvlan",
+        pod_uid=POD_UID,
+        pod_name="demo",
+        devices=[{"request": "macvlan", "pool": "demo-node", "device": "eth1", "params": params}],
+    )
 
 
 def step(text: str) -> None:
@@ -75,8 +83,9 @@ def main() -> int:
         show(pod.exec("ip", "-br", "link", "show"))
         left = sorted(p.name for p in lab.claims_dir.glob("*.status.json"))
         print(f"status files left: {left or 'none'}")
-        records = sorted(str(p.relative_to(lab.state_dir)) for p in lab.state_dir.rglob("*.json")
-                         if not p.match("cache/*"))
+        records = sorted(
+            str(p.relative_to(lab.state_dir)) for p in lab.state_dir.rglob("*.json") if not p.match("cache/*")
+        )
         print(f"state records left: {records or 'none'}")
         ok = not left and not records
     finally:

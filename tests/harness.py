@@ -25,8 +25,9 @@ CNI_TOOLS = Path(os.environ.get("CNI_TOOLS", REPO / ".cache" / "cni-tools"))
 NETNS_RUN = Path("/var/run/netns")
 
 
-def run(cmd: list[str], *, check: bool = True, input: bytes | None = None, env: dict | None = None,
-        timeout: float = 60) -> subprocess.CompletedProcess:
+def run(
+    cmd: list[str], *, check: bool = True, input: bytes | None = None, env: dict | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, input=input, env=env, capture_output=True, check=check, timeout=timeout)
 
 
@@ -67,8 +68,9 @@ class Netns:
 class Lab:
     """One test's world: a host netns with NICs, pod netnses, a CNI bin dir and a temp tree."""
 
-    def __init__(self, base: Path | None = None, nics: tuple[str, ...] = ("eth1",),
-                 host_name: str | None = None) -> None:
+    def __init__(
+        self, base: Path | None = None, nics: tuple[str, ...] = ("eth1",), host_name: str | None = None
+    ) -> None:
         self._own_tmp = base is None
         self.tmp = Path(tempfile.mkdtemp(prefix="dracni-lab-")) if base is None else Path(base)
         self.state_dir = self.tmp / "state"
@@ -108,23 +110,41 @@ class Lab:
         return ns
 
     # -- configuration -----------------------------------------------------------------------
-    def write_conflist(self, name: str = "podnet", cni_version: str = "1.0.0", primary: str = "ptp",
-                       dracni_extra: dict | None = None, subnet: str = "10.244.0.0/24") -> dict:
+    def write_conflist(
+        self,
+        name: str = "podnet",
+        cni_version: str = "1.0.0",
+        primary: str = "ptp",
+        dracni_extra: dict | None = None,
+        subnet: str = "10.244.0.0/24",
+    ) -> dict:
         """The node's network: a primary plugin with dracni chained after it."""
-        primary_conf: dict = {"type": primary, "ipam": {"type": "host-local", "subnet": subnet,
-                                                        "dataDir": str(self.ipam_dir)}}
+        primary_conf: dict = {
+            "type": primary,
+            "ipam": {"type": "host-local", "subnet": subnet, "dataDir": str(self.ipam_dir)},
+        }
         if primary == "bridge":
             primary_conf.update({"bridge": "cni0", "isGateway": True})
-        conflist = {"cniVersion": cni_version, "name": name, "plugins": [
-            primary_conf,
-            {"type": "dracni", "stateDir": str(self.state_dir), "logFile": str(self.log_file),
-             "logLevel": "debug", **(dracni_extra or {})},
-        ]}
+        conflist = {
+            "cniVersion": cni_version,
+            "name": name,
+            "plugins": [
+                primary_conf,
+                {
+                    "type": "dracni",
+                    "stateDir": str(self.state_dir),
+                    "logFile": str(self.log_file),
+                    "logLevel": "debug",
+                    **(dracni_extra or {}),
+                },
+            ],
+        }
         (self.netconf_dir / f"10-{name}.conflist").write_text(json.dumps(conflist, indent=2))
         return conflist
 
-    def env(self, pod_uid: str | None = None, pod_name: str = "demo", namespace: str = "default",
-            extra: dict | None = None) -> dict[str, str]:
+    def env(
+        self, pod_uid: str | None = None, pod_name: str = "demo", namespace: str = "default", extra: dict | None = None
+    ) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CNI_")}
         args = f"IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={pod_name}"
         if pod_uid:
@@ -134,21 +154,25 @@ class Lab:
         return env
 
     # -- the runtime: cnitool inside the host netns -----------------------------------------------
-    def cnitool(self, command: str, pod: Netns, network: str = "podnet", check: bool = True,
-                **env_kw) -> subprocess.CompletedProcess:
+    def cnitool(
+        self, command: str, pod: Netns, network: str = "podnet", check: bool = True, **env_kw
+    ) -> subprocess.CompletedProcess:
         tool = str(CNI_TOOLS / "cnitool")
         proc = self.host.exec(tool, command, network, pod.path, env=self.env(**env_kw), check=False)
         if check and proc.returncode != 0:
-            raise AssertionError(f"cnitool {command} failed ({proc.returncode}):\nstdout: {proc.stdout.decode()}"
-                                 f"\nstderr: {proc.stderr.decode()}\nlog:\n{self.read_log()}")
+            raise AssertionError(
+                f"cnitool {command} failed ({proc.returncode}):\nstdout: {proc.stdout.decode()}"
+                f"\nstderr: {proc.stderr.decode()}\nlog:\n{self.read_log()}"
+            )
         return proc
 
     def dracni(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         """The operator CLI of the frozen bundle."""
         proc = run([str(DRACNI_BINARY), *args], check=False)
         if check and proc.returncode != 0:
-            raise AssertionError(f"dracni {' '.join(args)} failed ({proc.returncode}):\n"
-                                 f"{proc.stdout.decode()}\n{proc.stderr.decode()}")
+            raise AssertionError(
+                f"dracni {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout.decode()}\n{proc.stderr.decode()}"
+            )
         return proc
 
     def prepare(self, *claims: dict) -> subprocess.CompletedProcess:
@@ -157,12 +181,20 @@ class Lab:
             write_manifest(self.claims_dir, claim)
         return self.dracni("prepare", str(self.claims_dir), f"--state-dir={self.state_dir}")
 
-    def plugin(self, command: str, conf: dict, *, container_id: str = "", netns: str = "", ifname: str = "",
-               cni_args: str = "") -> subprocess.CompletedProcess:
+    def plugin(
+        self, command: str, conf: dict, *, container_id: str = "", netns: str = "", ifname: str = "", cni_args: str = ""
+    ) -> subprocess.CompletedProcess:
         """Exec the dracni plugin directly, inside the host netns, the way libcni would."""
         env = self.env()
-        env.update({"CNI_COMMAND": command, "CNI_CONTAINERID": container_id, "CNI_NETNS": netns,
-                    "CNI_IFNAME": ifname, "CNI_ARGS": cni_args})
+        env.update(
+            {
+                "CNI_COMMAND": command,
+                "CNI_CONTAINERID": container_id,
+                "CNI_NETNS": netns,
+                "CNI_IFNAME": ifname,
+                "CNI_ARGS": cni_args,
+            }
+        )
         return self.host.exec(str(self.bin_dir / "dracni"), input=json.dumps(conf).encode(), env=env, check=False)
 
     def read_log(self) -> str:
@@ -183,19 +215,31 @@ def container_id_for(netns_path: str) -> str:
     return "cnitool-" + hashlib.sha512(netns_path.encode()).hexdigest()[:20]
 
 
-def attachment_params(plugins: list[dict], *, name: str, if_name: str | None = None, cni_version: str = "1.0.0",
-                      **extra) -> dict:
+def attachment_params(
+    plugins: list[dict], *, name: str, if_name: str | None = None, cni_version: str = "1.0.0", **extra
+) -> dict:
     """dracni's own opaque parameters for one attachment."""
-    params: dict = {"apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachment",
-                    "config": {"cniVersion": cni_version, "name": name, "plugins": plugins}}
+    params: dict = {
+        "apiVersion": "dracni.io/v1alpha1",
+        "kind": "NetworkAttachment",
+        "config": {"cniVersion": cni_version, "name": name, "plugins": plugins},
+    }
     if if_name:
         params["ifName"] = if_name
     params.update(extra)
     return params
 
 
-def claim_manifest(name: str, *, pod_uid: str, devices: list[dict], pod_name: str = "demo",
-                   namespace: str = "default", uid: str | None = None, driver: str = "dracni.io") -> dict:
+def claim_manifest(
+    name: str,
+    *,
+    pod_uid: str,
+    devices: list[dict],
+    pod_name: str = "demo",
+    namespace: str = "default",
+    uid: str | None = None,
+    driver: str = "dracni.io",
+) -> dict:
     """An allocated ResourceClaim reserved for one pod.
 
     ``devices``: ``[{"request", "pool", "device", "params"}]``, each with its own opaque config.
@@ -206,14 +250,22 @@ def claim_manifest(name: str, *, pod_uid: str, devices: list[dict], pod_name: st
     for d in devices:
         requests.append({"name": d["request"], "exactly": {"deviceClassName": driver}})
         results.append({"request": d["request"], "driver": driver, "pool": d["pool"], "device": d["device"]})
-        config.append({"source": "FromClaim", "requests": [d["request"]],
-                       "opaque": {"driver": driver, "parameters": copy.deepcopy(d["params"])}})
+        config.append(
+            {
+                "source": "FromClaim",
+                "requests": [d["request"]],
+                "opaque": {"driver": driver, "parameters": copy.deepcopy(d["params"])},
+            }
+        )
     return {
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": namespace, "uid": uid or str(uuid.uuid4())},
         "spec": {"devices": {"requests": requests, "config": copy.deepcopy(config)}},
-        "status": {"allocation": {"devices": {"results": results, "config": config}},
-                   "reservedFor": [{"resource": "pods", "name": pod_name, "uid": pod_uid}]},
+        "status": {
+            "allocation": {"devices": {"results": results, "config": config}},
+            "reservedFor": [{"resource": "pods", "name": pod_name, "uid": pod_uid}],
+        },
     }
 
 

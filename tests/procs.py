@@ -56,7 +56,7 @@ def read(pid: int) -> Proc | None:
             stat = f.read()
     except (FileNotFoundError, ProcessLookupError):
         return None
-    fields = stat[stat.rindex(b")") + 2:].split()  # the command name may hold spaces and ")"
+    fields = stat[stat.rindex(b")") + 2 :].split()  # the command name may hold spaces and ")"
     return Proc(pid=pid, ppid=int(fields[1]), pgid=int(fields[2]), state=fields[0].decode(), start=int(fields[19]))
 
 

@@ -56,8 +56,12 @@ class ClaimCache:
         (the pods already prepared), else from the API."""
         with self._lock:
             cached = self._claims.get((namespace, name))
-        if cached is not None and known_pods and is_ready_for_prepare(cached) \
-                and reserved_pod_uids(cached) == known_pods:
+        if (
+            cached is not None
+            and known_pods
+            and is_ready_for_prepare(cached)
+            and reserved_pod_uids(cached) == known_pods
+        ):
             self.hits += 1
             return cached
         self.misses += 1

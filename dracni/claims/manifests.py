@@ -103,9 +103,7 @@ class ManifestClaimSource:
                 meta = claim["metadata"]
                 key = (meta["namespace"], meta["name"])
                 if key in by_name:
-                    raise ClaimSourceError(
-                        f"claim {key[0]}/{key[1]} is defined twice: in {by_name[key]} and in {path}"
-                    )
+                    raise ClaimSourceError(f"claim {key[0]}/{key[1]} is defined twice: in {by_name[key]} and in {path}")
                 if meta["uid"] in by_uid:
                     raise ClaimSourceError(
                         f"{path}: claim {key[0]}/{key[1]} reuses metadata.uid {meta['uid']} "

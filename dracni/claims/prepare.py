@@ -57,8 +57,9 @@ def prepare_claims(
     for claim in claims:
         key = _claim_key(claim)
         try:
-            record = resolve_claim(claim, driver=driver, node=node, allowed_types=allowed_types,
-                                   source=(sources or {}).get(key))
+            record = resolve_claim(
+                claim, driver=driver, node=node, allowed_types=allowed_types, source=(sources or {}).get(key)
+            )
             pin_addresses(claim, record, driver=driver, ipamclaims=ipamclaims)
         except ClaimError as exc:
             outcomes[key] = PrepareOutcome(error=str(exc))

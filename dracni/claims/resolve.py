@@ -57,8 +57,14 @@ def resolve_claim(
     configs = _driver_configs(claim, allocation, driver)
     devices = [_device(result, configs, driver, allowed_types, label) for result in results]
     _check_unique_ifnames(devices, label)
-    return new_prepared_claim(claim_ref(uid, namespace, name), driver=driver, source=source,
-                              prepared_at=prepared_at or now_rfc3339(), pods=pods, devices=devices)
+    return new_prepared_claim(
+        claim_ref(uid, namespace, name),
+        driver=driver,
+        source=source,
+        prepared_at=prepared_at or now_rfc3339(),
+        pods=pods,
+        devices=devices,
+    )
 
 
 # -- claim parts -------------------------------------------------------------------------
@@ -101,9 +107,7 @@ def _driver_results(allocation: dict[str, Any], driver: str, label: str) -> list
     for result in ours:
         missing = [k for k in ("request", "pool", "device") if not _non_empty_str(result.get(k))]
         if missing:
-            raise ClaimError(
-                f"{label}: an allocation result of driver {driver} has no {', '.join(missing)}"
-            )
+            raise ClaimError(f"{label}: an allocation result of driver {driver} has no {', '.join(missing)}")
     return ours
 
 

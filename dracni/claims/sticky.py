@@ -51,8 +51,9 @@ def canonical_ips(values: list[Any], where: str) -> list[str]:
     return out
 
 
-def pin_addresses(claim: dict[str, Any], record: PreparedClaim, *, driver: str,
-                  ipamclaims: IpamClaimGetter | None) -> None:
+def pin_addresses(
+    claim: dict[str, Any], record: PreparedClaim, *, driver: str, ipamclaims: IpamClaimGetter | None
+) -> None:
     """Set ``requestedIPs`` on every device of a PreparedClaim record (``[]`` = no pinning)."""
     meta = claim.get("metadata") or {}
     namespace, name = meta.get("namespace", "default"), meta.get("name", "")
@@ -82,14 +83,20 @@ def _from_ipamclaim(namespace: str, ipamclaim: str, ipamclaims: IpamClaimGetter 
     except Exception as exc:
         raise ClaimError(f"{where}: cannot read IPAMClaim {namespace}/{ipamclaim}: {exc}") from None
     if obj is None:
-        raise ClaimError(f"{where}: IPAMClaim {namespace}/{ipamclaim} not found: create it "
-                         f"(k8s.cni.cncf.io/v1alpha1) or remove parameters.ipamClaim")
+        raise ClaimError(
+            f"{where}: IPAMClaim {namespace}/{ipamclaim} not found: create it "
+            f"(k8s.cni.cncf.io/v1alpha1) or remove parameters.ipamClaim"
+        )
     return canonical_ips((obj.get("status") or {}).get("ips") or [], f"IPAMClaim {namespace}/{ipamclaim} status.ips")
 
 
 def _from_status(claim: dict[str, Any], device: DeviceSpec, driver: str, where: str) -> list[str]:
     for entry in (claim.get("status") or {}).get("devices") or []:
-        if (entry.get("driver"), entry.get("pool"), entry.get("device"), entry.get("shareID") or None) == \
-                (driver, device["pool"], device["device"], device.get("shareID")):
+        if (entry.get("driver"), entry.get("pool"), entry.get("device"), entry.get("shareID") or None) == (
+            driver,
+            device["pool"],
+            device["device"],
+            device.get("shareID"),
+        ):
             return canonical_ips((entry.get("networkData") or {}).get("ips") or [], f"{where}: status.devices")
     return []

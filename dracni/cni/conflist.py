@@ -21,8 +21,15 @@ if TYPE_CHECKING:
     from .delegate import DelegateRunner
 
 
-def delegate_config(plugin: JSON, *, network: str, version: str, runtime_config: JSON,
-                    extra_capabilities: dict[str, bool], prev_result: JSON | None) -> JSON:
+def delegate_config(
+    plugin: JSON,
+    *,
+    network: str,
+    version: str,
+    runtime_config: JSON,
+    extra_capabilities: dict[str, bool],
+    prev_result: JSON | None,
+) -> JSON:
     """The config object one delegate of a conflist receives (libcni's rules).
 
     ``name`` and ``cniVersion`` come from the list; ``runtimeConfig`` holds only the
@@ -44,8 +51,16 @@ def delegate_config(plugin: JSON, *, network: str, version: str, runtime_config:
     return conf
 
 
-def build_chain(runner: DelegateRunner, conflist: JSON, *, runtime_config: JSON, capabilities: dict[str, bool],
-                requested_ips: list[str], where: str, negotiate: bool = True) -> list[Delegate]:
+def build_chain(
+    runner: DelegateRunner,
+    conflist: JSON,
+    *,
+    runtime_config: JSON,
+    capabilities: dict[str, bool],
+    requested_ips: list[str],
+    where: str,
+    negotiate: bool = True,
+) -> list[Delegate]:
     """The delegates of a conflist, each with the exact config it will be sent (no prevResult).
 
     Each plugin gets the highest version both sides speak, up to the list's ``cniVersion``.
@@ -60,14 +75,21 @@ def build_chain(runner: DelegateRunner, conflist: JSON, *, runtime_config: JSON,
         field = f"{where}: config.plugins[{i}].type"
         binary = runner.find(plugin.get("type"), field)
         version = runner.negotiate(binary, cap, field) if negotiate else cap
-        conf = delegate_config(plugin, network=conflist["name"], version=version, runtime_config=runtime_config,
-                               extra_capabilities=capabilities, prev_result=None)
+        conf = delegate_config(
+            plugin,
+            network=conflist["name"],
+            version=version,
+            runtime_config=runtime_config,
+            extra_capabilities=capabilities,
+            prev_result=None,
+        )
         if requested_ips:
             args = dict(conf.get("args") or {})
             args["cni"] = {**(args.get("cni") or {}), "ips": requested_ips}
             conf["args"] = args
-        delegates.append({"type": plugin["type"], "cniVersion": version, "config": conf,
-                          "added": False, "result": None})
+        delegates.append(
+            {"type": plugin["type"], "cniVersion": version, "config": conf, "added": False, "result": None}
+        )
     return delegates
 
 
@@ -78,8 +100,9 @@ def _with_prev(delegate: Delegate, result: JSON | None) -> JSON:
     return conf
 
 
-def add_chain(runner: DelegateRunner, delegates: list[Delegate], *, ifname: str, container_id: str,
-              netns: str) -> JSON | None:
+def add_chain(
+    runner: DelegateRunner, delegates: list[Delegate], *, ifname: str, container_id: str, netns: str
+) -> JSON | None:
     """ADD every delegate in order; returns the last result (internal 1.x form).
 
     Marks each delegate ``added`` once its ADD ran, so a rollback knows what DEL is owed.
@@ -87,8 +110,9 @@ def add_chain(runner: DelegateRunner, delegates: list[Delegate], *, ifname: str,
     prev: JSON | None = None
     for delegate in delegates:
         binary = runner.find(delegate["type"])
-        result = runner.exec(binary, "ADD", _with_prev(delegate, prev), ifname=ifname,
-                             container_id=container_id, netns=netns)
+        result = runner.exec(
+            binary, "ADD", _with_prev(delegate, prev), ifname=ifname, container_id=container_id, netns=netns
+        )
         delegate["added"] = True
         if result is None:
             raise CNIError(E.DELEGATE_FAILED, f"delegate {delegate['type']} ADD printed no result")
@@ -97,8 +121,16 @@ def add_chain(runner: DelegateRunner, delegates: list[Delegate], *, ifname: str,
     return prev
 
 
-def del_chain(runner: DelegateRunner, delegates: list[Delegate], result: JSON | None, *, ifname: str,
-              container_id: str, netns: str, cni_args: str | None = None) -> list[str]:
+def del_chain(
+    runner: DelegateRunner,
+    delegates: list[Delegate],
+    result: JSON | None,
+    *,
+    ifname: str,
+    container_id: str,
+    netns: str,
+    cni_args: str | None = None,
+) -> list[str]:
     """DEL every delegate in reverse order; return the failures that matter.
 
     DEL runs for every delegate, also those whose ADD failed or never ran (DEL is
@@ -111,8 +143,15 @@ def del_chain(runner: DelegateRunner, delegates: list[Delegate], result: JSON | 
     for delegate in reversed(delegates):
         try:
             binary = runner.find(delegate["type"])
-            runner.exec(binary, "DEL", _with_prev(delegate, result), ifname=ifname, container_id=container_id,
-                        netns=netns, cni_args=cni_args)
+            runner.exec(
+                binary,
+                "DEL",
+                _with_prev(delegate, result),
+                ifname=ifname,
+                container_id=container_id,
+                netns=netns,
+                cni_args=cni_args,
+            )
             delegate["added"] = False
         except CNIError as exc:
             if delegate.get("added"):
@@ -122,15 +161,23 @@ def del_chain(runner: DelegateRunner, delegates: list[Delegate], result: JSON | 
     return problems
 
 
-def check_chain(runner: DelegateRunner, delegates: list[Delegate], result: JSON | None, *, ifname: str,
-                container_id: str, netns: str) -> None:
+def check_chain(
+    runner: DelegateRunner,
+    delegates: list[Delegate],
+    result: JSON | None,
+    *,
+    ifname: str,
+    container_id: str,
+    netns: str,
+) -> None:
     """CHECK every delegate that speaks 0.4.0 or later, in order; the first failure raises."""
     for delegate in delegates:
         if not at_least(delegate["cniVersion"], "0.4.0"):
             continue
         binary = runner.find(delegate["type"])
-        runner.exec(binary, "CHECK", _with_prev(delegate, result), ifname=ifname, container_id=container_id,
-                    netns=netns)
+        runner.exec(
+            binary, "CHECK", _with_prev(delegate, result), ifname=ifname, container_id=container_id, netns=netns
+        )
 
 
 def gc_network(runner: DelegateRunner, plugin: JSON, network: str, valid: list[JSON]) -> bool:
@@ -141,8 +188,9 @@ def gc_network(runner: DelegateRunner, plugin: JSON, network: str, valid: list[J
     binary = runner.find(plugin.get("type"))
     if "1.1.0" not in runner.supported_versions(binary):
         return False
-    conf = delegate_config(plugin, network=network, version="1.1.0", runtime_config={}, extra_capabilities={},
-                           prev_result=None)
+    conf = delegate_config(
+        plugin, network=network, version="1.1.0", runtime_config={}, extra_capabilities={}, prev_result=None
+    )
     conf["cni.dev/valid-attachments"] = valid
     runner.exec(binary, "GC", conf, ifname="", container_id="", netns="", cni_args="")
     return True

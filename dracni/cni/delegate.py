@@ -14,7 +14,6 @@ import os
 import time
 
 from .. import jsonio
-
 from . import errors as E
 from .errors import CNIError
 from .log import log
@@ -38,8 +37,13 @@ class DelegateRunner:
     negotiation execs VERSION.
     """
 
-    def __init__(self, path: list[str], base_env: dict[str, str], versions: PluginVersionCache | None = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self,
+        path: list[str],
+        base_env: dict[str, str],
+        versions: PluginVersionCache | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
         self.path = path
         self.base_env = base_env
         self.versions = versions
@@ -64,8 +68,9 @@ class DelegateRunner:
             if (st.st_mode & 0o170000) == 0o100000 and os.access(candidate, os.X_OK):
                 self._found[plugin_type] = candidate
                 return candidate
-        raise CNIError(E.INVALID_CONFIG,
-                       f"{field}: failed to find plugin {plugin_type!r} in CNI_PATH {':'.join(self.path)!r}")
+        raise CNIError(
+            E.INVALID_CONFIG, f"{field}: failed to find plugin {plugin_type!r} in CNI_PATH {':'.join(self.path)!r}"
+        )
 
     # -- version negotiation ----------------------------------------------------------------
     def supported_versions(self, binary: str) -> list[str]:
@@ -79,8 +84,7 @@ class DelegateRunner:
             self._answers[key] = cached
             return cached
         # As libcni does: no per-container variables, empty CNI_ARGS.
-        answer = self.exec(binary, "VERSION", {"cniVersion": LATEST}, ifname="", container_id="", netns="",
-                           cni_args="")
+        answer = self.exec(binary, "VERSION", {"cniVersion": LATEST}, ifname="", container_id="", netns="", cni_args="")
         versions = answer.get("supportedVersions") if answer else None
         if not isinstance(versions, list):
             raise CNIError(E.INVALID_CONFIG, f"delegate {binary} gave no supportedVersions in its VERSION answer")
@@ -97,25 +101,38 @@ class DelegateRunner:
         theirs = self.supported_versions(binary)
         version = best_common_version(theirs, cap)
         if version is None:
-            raise CNIError(E.INCOMPATIBLE_VERSION,
-                           f"{field}: delegate {os.path.basename(binary)} speaks none of the versions up to {cap}",
-                           f"it supports {', '.join(theirs) or 'nothing'}")
+            raise CNIError(
+                E.INCOMPATIBLE_VERSION,
+                f"{field}: delegate {os.path.basename(binary)} speaks none of the versions up to {cap}",
+                f"it supports {', '.join(theirs) or 'nothing'}",
+            )
         return version
 
     # -- exec -----------------------------------------------------------------------------
-    def exec(self, binary: str, command: str, conf: dict[str, Any], *, ifname: str, container_id: str,
-             netns: str, cni_args: str | None = None) -> dict[str, Any] | None:
+    def exec(
+        self,
+        binary: str,
+        command: str,
+        conf: dict[str, Any],
+        *,
+        ifname: str,
+        container_id: str,
+        netns: str,
+        cni_args: str | None = None,
+    ) -> dict[str, Any] | None:
         """Run one delegate command; return its decoded stdout (None when empty)."""
         import subprocess  # deferred: only paths that run delegates pay for it
 
         env = dict(self.base_env)
-        env.update({
-            "CNI_COMMAND": command,
-            "CNI_CONTAINERID": container_id,
-            "CNI_NETNS": netns,
-            "CNI_IFNAME": ifname,
-            "CNI_PATH": ":".join(self.path),
-        })
+        env.update(
+            {
+                "CNI_COMMAND": command,
+                "CNI_CONTAINERID": container_id,
+                "CNI_NETNS": netns,
+                "CNI_IFNAME": ifname,
+                "CNI_PATH": ":".join(self.path),
+            }
+        )
         if cni_args is not None:
             env["CNI_ARGS"] = cni_args
         stdin = jsonio.dumps(conf)
@@ -123,8 +140,9 @@ class DelegateRunner:
         started = time.monotonic()
         for attempt in range(_ETXTBSY_RETRIES + 1):
             try:
-                proc = subprocess.run([binary], input=stdin, env=env, capture_output=True,
-                                      timeout=self.timeout, close_fds=True)
+                proc = subprocess.run(
+                    [binary], input=stdin, env=env, capture_output=True, timeout=self.timeout, close_fds=True
+                )
                 break
             except OSError as exc:
                 if exc.errno == errno.ETXTBSY and attempt < _ETXTBSY_RETRIES:
@@ -132,8 +150,9 @@ class DelegateRunner:
                     continue
                 raise CNIError(E.IO_FAILURE, f"cannot execute delegate {binary}: {exc.strerror}") from None
             except subprocess.TimeoutExpired:
-                raise CNIError(E.TRY_AGAIN_LATER,
-                               f"delegate {name} {command} did not finish within {self.timeout:g}s") from None
+                raise CNIError(
+                    E.TRY_AGAIN_LATER, f"delegate {name} {command} did not finish within {self.timeout:g}s"
+                ) from None
         elapsed = (time.monotonic() - started) * 1000
         if proc.stderr:
             log.debug(f"delegate {name} {command} stderr: {proc.stderr.decode('utf-8', 'replace').strip()}")
@@ -159,4 +178,3 @@ def _delegate_error(name: str, command: str, out: bytes, stderr: bytes, rc: int)
         return CNIError(err.code, f"delegate {name} {command} failed: {err.msg}", err.details)
     tail = (stderr or out).decode("utf-8", "replace").strip()[-500:]
     return CNIError(E.DELEGATE_FAILED, f"delegate {name} {command} failed with exit code {rc}", tail)
-

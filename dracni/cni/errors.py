@@ -40,7 +40,9 @@ class CNIError(Exception):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CNIError:
         code = data.get("code")
-        return cls(code if isinstance(code, int) else INTERNAL, str(data.get("msg", "")), str(data.get("details", "") or ""))
+        return cls(
+            code if isinstance(code, int) else INTERNAL, str(data.get("msg", "")), str(data.get("details", "") or "")
+        )
 
     def __repr__(self) -> str:
         return f"CNIError({self.code}, {self.msg!r})"

@@ -11,7 +11,6 @@ import os
 import sys
 
 from .. import jsonio
-
 from . import errors as E
 from .errors import CNIError
 from .log import log
@@ -41,8 +40,9 @@ def run(env: dict[str, str] | None = None, stdin: bytes | None = None, out: Bina
         if req.command == "VERSION":
             _write(out, {"cniVersion": req.cni_version, "supportedVersions": list(SUPPORTED_VERSIONS)})
             return 0
-        log.configure(req.option("logLevel"), req.option("logFile"),
-                      f"{req.command} {req.container_id or '-'} {req.network}: ")
+        log.configure(
+            req.option("logLevel"), req.option("logFile"), f"{req.command} {req.container_id or '-'} {req.network}: "
+        )
         result = _dispatch(req)
         if result is not None:
             _write(out, result)
@@ -70,8 +70,9 @@ def _dispatch(req: Request) -> JSON | None:
     from .plugin import MetaPlugin, state_dir_for
 
     state = StateDir(state_dir_for(req))
-    runner = DelegateRunner(req.path, req.env, PluginVersionCache(state),
-                            float(req.option("delegateTimeout", DEFAULT_TIMEOUT)))
+    runner = DelegateRunner(
+        req.path, req.env, PluginVersionCache(state), float(req.option("delegateTimeout", DEFAULT_TIMEOUT))
+    )
     plugin = MetaPlugin(req, state, runner)
     if req.command == "ADD":
         return plugin.add()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .errors import CNIError, UNKNOWN_CONTAINER
+from .errors import UNKNOWN_CONTAINER, CNIError
 
 
 def missing_interfaces(netns_path: str, names: list[str]) -> list[str]:

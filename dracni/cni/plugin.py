@@ -16,64 +16,15 @@ from . import errors as E
 from .conflist import add_chain, build_chain, check_chain, del_chain, gc_network
 from .errors import CNIError
 from .log import log
+from .plan import PlannedDevice, plan
 from .versions import LATEST, at_least, from_current
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ..state.records import JSON, AttachedDevice, Attachment, ClaimRef, Delegate, DeviceSpec, PreparedClaim
+    from ..state.records import JSON, AttachedDevice, Attachment, Delegate
     from ..state.store import StateDir
     from .delegate import DelegateRunner
     from .request import Request
-
-#: Interface names dracni picks for devices without an explicit ifName: net1, net2, ...
-AUTO_IFNAME_PREFIX = "net"
-
-
-class PlannedDevice:
-    """One device of the pod, in attach order, with the interface name it gets."""
-
-    __slots__ = ("claim", "driver", "spec", "ifname")
-
-    def __init__(self, claim: ClaimRef, driver: str | None, spec: DeviceSpec) -> None:
-        self.claim = claim
-        self.driver = driver
-        self.spec = spec
-        self.ifname = ""
-
-    @property
-    def where(self) -> str:
-        return f"claim {self.claim['namespace']}/{self.claim['name']} request {self.spec['request']}"
-
-
-def plan(claims: list[PreparedClaim], primary_ifname: str) -> list[PlannedDevice]:
-    """Order the pod's devices and give each its interface name.
-
-    Claims are ordered by namespace/name/uid and devices by their position in the claim,
-    so a retried ADD gives every device the same ``netN`` as the first attempt.
-    """
-    devices = []
-    for claim in sorted(claims, key=lambda c: (c.get("namespace", ""), c.get("name", ""), c["uid"])):
-        ref = R.claim_ref(claim["uid"], claim.get("namespace", ""), claim.get("name", ""))
-        for spec in claim.get("devices", []):
-            devices.append(PlannedDevice(ref, claim.get("driver"), spec))
-    taken = {primary_ifname: "the runtime's primary interface"}
-    for d in devices:
-        name = d.spec.get("ifName")
-        if name:
-            if name in taken:
-                raise CNIError(E.INVALID_CONFIG, f"ifName: {d.where} asks for {name!r}, already used by {taken[name]}")
-            taken[name] = d.where
-    n = 0
-    for d in devices:
-        explicit = d.spec.get("ifName")
-        if explicit:
-            d.ifname = explicit
-            continue
-        n += 1
-        while f"{AUTO_IFNAME_PREFIX}{n}" in taken:
-            n += 1
-        d.ifname = f"{AUTO_IFNAME_PREFIX}{n}"
-    return devices
 
 
 class MetaPlugin:
@@ -86,9 +37,14 @@ class MetaPlugin:
 
     def _chain_of(self, device: PlannedDevice) -> list[Delegate]:
         spec = device.spec
-        return build_chain(self.runner, spec["config"], runtime_config=spec.get("runtimeConfig") or {},
-                           capabilities=spec.get("capabilities") or {}, requested_ips=spec.get("requestedIPs") or [],
-                           where=device.where)
+        return build_chain(
+            self.runner,
+            spec["config"],
+            runtime_config=spec.get("runtimeConfig") or {},
+            capabilities=spec.get("capabilities") or {},
+            requested_ips=spec.get("requestedIPs") or [],
+            where=device.where,
+        )
 
     # -- ADD ------------------------------------------------------------------------------
     def add(self) -> JSON:
@@ -99,9 +55,15 @@ class MetaPlugin:
             return self._passthrough_result()
         planned = plan(claims, req.ifname)
         record = R.new_attachment(
-            network=req.network, container_id=req.container_id, ifname=req.ifname, netns=req.netns,
-            cni_args=req.args, cni_version=req.cni_version, updated_at=now_rfc3339(),
-            pod={"uid": req.pod_uid, "namespace": req.pod_namespace, "name": req.pod_name})
+            network=req.network,
+            container_id=req.container_id,
+            ifname=req.ifname,
+            netns=req.netns,
+            cni_args=req.args,
+            cni_version=req.cni_version,
+            updated_at=now_rfc3339(),
+            pod={"uid": req.pod_uid, "namespace": req.pod_namespace, "name": req.pod_name},
+        )
         for d in planned:
             record["devices"].append(R.attached_device(d.claim, d.driver, d.spec, d.ifname, self._chain_of(d)))
         # Write-ahead: DEL must find this record even if we die half-way through.
@@ -130,8 +92,13 @@ class MetaPlugin:
         return from_current(merge_results([d["result"] for d in record["devices"] if d["result"]]), req.cni_version)
 
     def _add_device(self, dev: AttachedDevice) -> None:
-        dev["result"] = add_chain(self.runner, dev["delegates"], ifname=dev["ifName"],
-                                  container_id=self.req.container_id, netns=self.req.netns)
+        dev["result"] = add_chain(
+            self.runner,
+            dev["delegates"],
+            ifname=dev["ifName"],
+            container_id=self.req.container_id,
+            netns=self.req.netns,
+        )
         if dev.get("requestedIPs"):
             self._check_pinned(dev)
 
@@ -143,11 +110,12 @@ class MetaPlugin:
         returned = result_addresses(dev["result"])
         if missing_addresses(dev["requestedIPs"], returned):
             source = f"IPAMClaim {dev['ipamClaim']}" if dev.get("ipamClaim") else "the claim's status"
-            raise CNIError(E.DELEGATE_FAILED,
-                           f"IPAM returned {', '.join(returned) or 'no address'} but {source} keeps "
-                           f"{', '.join(dev['requestedIPs'])} for this attachment; refusing a different address",
-                           "the IPAM must grant requested addresses (host-local: when free and in range; "
-                           "static: always)")
+            raise CNIError(
+                E.DELEGATE_FAILED,
+                f"IPAM returned {', '.join(returned) or 'no address'} but {source} keeps "
+                f"{', '.join(dev['requestedIPs'])} for this attachment; refusing a different address",
+                "the IPAM must grant requested addresses (host-local: when free and in range; static: always)",
+            )
 
     def _rollback(self, record: Attachment, failure: CNIError) -> None:
         """DEL everything this ADD created, then record the failure for status and DEL."""
@@ -190,12 +158,24 @@ class MetaPlugin:
             self._retract_facts(record)
         log.info(f"DEL detached {', '.join(d['ifName'] for d in record['devices']) or 'nothing'}")
 
-    def _del_device(self, dev: AttachedDevice, *, container_id: str | None = None, netns: str | None = None,
-                    cni_args: str | None = None) -> list[str]:
+    def _del_device(
+        self,
+        dev: AttachedDevice,
+        *,
+        container_id: str | None = None,
+        netns: str | None = None,
+        cni_args: str | None = None,
+    ) -> list[str]:
         """DEL one device's delegates (see ``del_chain``); the failures that must be retried."""
-        return del_chain(self.runner, dev["delegates"], dev.get("result"), ifname=dev["ifName"],
-                         container_id=self.req.container_id if container_id is None else container_id,
-                         netns=self.req.netns if netns is None else netns, cni_args=cni_args)
+        return del_chain(
+            self.runner,
+            dev["delegates"],
+            dev.get("result"),
+            ifname=dev["ifName"],
+            container_id=self.req.container_id if container_id is None else container_id,
+            netns=self.req.netns if netns is None else netns,
+            cni_args=cni_args,
+        )
 
     def _delete_without_record(self) -> None:
         """The attachment record is gone (state dir wiped): DEL from the prepared claims, best effort."""
@@ -215,25 +195,32 @@ class MetaPlugin:
             except CNIError as exc:
                 log.warning(f"DEL without record: {exc.msg}")
                 continue
-            for problem in del_chain(self.runner, delegates, None, ifname=d.ifname,
-                                     container_id=req.container_id, netns=req.netns):
+            for problem in del_chain(
+                self.runner, delegates, None, ifname=d.ifname, container_id=req.container_id, netns=req.netns
+            ):
                 log.warning(f"DEL without record: {problem}")
         with self.state.locked():
             for claim_uid in {d.claim["uid"] for d in planned}:
                 if self.state.read_outbox(claim_uid) is not None:
-                    self.state.update_outbox(R.outbox_claim(R.claim_ref(claim_uid, "", ""), None),
-                                             lambda facts: R.retract_facts(facts, req.container_id, []))
+                    self.state.update_outbox(
+                        R.outbox_claim(R.claim_ref(claim_uid, "", ""), None),
+                        lambda facts: R.retract_facts(facts, req.container_id, []),
+                    )
 
     # -- CHECK ----------------------------------------------------------------------------
     def check(self) -> None:
         req = self.req
         if not at_least(req.cni_version, "0.4.0"):
-            raise CNIError(E.INCOMPATIBLE_VERSION, f"cniVersion {req.cni_version} does not support CHECK (needs 0.4.0+)")
+            raise CNIError(
+                E.INCOMPATIBLE_VERSION, f"cniVersion {req.cni_version} does not support CHECK (needs 0.4.0+)"
+            )
         record = self.state.read_attachment(req.network, req.container_id, req.ifname)
         if record is None:
             if self.state.pod_claim_uids(req.pod_uid, req.pod_namespace, req.pod_name):
-                raise CNIError(E.UNKNOWN_CONTAINER,
-                               f"no attachment recorded for container {req.container_id} although the pod has claims")
+                raise CNIError(
+                    E.UNKNOWN_CONTAINER,
+                    f"no attachment recorded for container {req.container_id} although the pod has claims",
+                )
             return
         if record["state"] != "ready":
             raise CNIError(E.TRY_AGAIN_LATER, f"attachment of container {req.container_id} is {record['state']}")
@@ -241,11 +228,20 @@ class MetaPlugin:
 
         missing = missing_interfaces(req.netns, [d["ifName"] for d in record["devices"]])
         if missing:
-            raise CNIError(E.UNKNOWN_CONTAINER, f"interface {missing[0]} is missing from netns {req.netns}",
-                           f"missing: {', '.join(missing)}")
+            raise CNIError(
+                E.UNKNOWN_CONTAINER,
+                f"interface {missing[0]} is missing from netns {req.netns}",
+                f"missing: {', '.join(missing)}",
+            )
         for dev in record["devices"]:
-            check_chain(self.runner, dev["delegates"], dev.get("result"), ifname=dev["ifName"],
-                        container_id=req.container_id, netns=req.netns)
+            check_chain(
+                self.runner,
+                dev["delegates"],
+                dev.get("result"),
+                ifname=dev["ifName"],
+                container_id=req.container_id,
+                netns=req.netns,
+            )
 
     # -- GC -------------------------------------------------------------------------------
     def gc(self) -> None:
@@ -266,9 +262,15 @@ class MetaPlugin:
     def _gc_attachment(self, record: Attachment) -> list[str]:
         problems = []
         for dev in reversed(record["devices"]):
-            problems += [f"container {record['containerID']} {p}" for p in self._del_device(
-                dev, container_id=record["containerID"], netns=record.get("netns", ""),
-                cni_args=record.get("cniArgs", ""))]
+            problems += [
+                f"container {record['containerID']} {p}"
+                for p in self._del_device(
+                    dev,
+                    container_id=record["containerID"],
+                    netns=record.get("netns", ""),
+                    cni_args=record.get("cniArgs", ""),
+                )
+            ]
         if not problems:
             with self.state.locked():
                 self.state.remove_attachment(record["network"], record["containerID"], record["ifName"])
@@ -285,8 +287,9 @@ class MetaPlugin:
         for record in kept:
             for dev in record["devices"]:
                 for delegate in dev["delegates"]:
-                    entry = networks.setdefault((delegate["config"]["name"], delegate["type"]),
-                                                {"plugin": delegate["config"], "valid": []})
+                    entry = networks.setdefault(
+                        (delegate["config"]["name"], delegate["type"]), {"plugin": delegate["config"], "valid": []}
+                    )
                     entry["valid"].append({"containerID": record["containerID"], "ifname": dev["ifName"]})
         problems = []
         for (network, plugin_type), entry in sorted(networks.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
@@ -341,8 +344,11 @@ def _valid_attachments(conf: JSON) -> set[tuple[str, str]]:
         raise CNIError(E.INVALID_CONFIG, f"{key}: must be a list of {{containerID, ifname}} objects")
     valid = set()
     for i, entry in enumerate(entries):
-        if not isinstance(entry, dict) or not isinstance(entry.get("containerID"), str) \
-                or not isinstance(entry.get("ifname"), str):
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("containerID"), str)
+            or not isinstance(entry.get("ifname"), str)
+        ):
             raise CNIError(E.INVALID_CONFIG, f"{key}[{i}]: must be an object with string containerID and ifname")
         valid.add((entry["containerID"], entry["ifname"]))
     return valid

@@ -6,7 +6,6 @@ Every problem becomes a ``CNIError`` whose message names the variable or field a
 from __future__ import annotations
 
 from .. import jsonio
-
 from . import errors as E
 from .errors import CNIError
 from .versions import LATEST, require_supported, to_current
@@ -26,14 +25,30 @@ MAX_DELEGATE_TIMEOUT = 3600
 
 #: dracni's own keys in its plugin config, with their expected JSON types.
 OWN_KEYS: dict[str, type | tuple[type, ...]] = {
-    "stateDir": str, "logFile": str, "logLevel": str, "delegateTimeout": (int, float)}
+    "stateDir": str,
+    "logFile": str,
+    "logLevel": str,
+    "delegateTimeout": (int, float),
+}
 
 
 class Request:
     """One CNI invocation.  ``conf`` is the plugin's config object as received."""
 
-    __slots__ = ("command", "container_id", "netns", "ifname", "args", "cni_args", "path", "conf",
-                 "cni_version", "network", "prev_result", "env")
+    __slots__ = (
+        "command",
+        "container_id",
+        "netns",
+        "ifname",
+        "args",
+        "cni_args",
+        "path",
+        "conf",
+        "cni_version",
+        "network",
+        "prev_result",
+        "env",
+    )
 
     def __init__(self) -> None:
         self.command = ""
@@ -115,8 +130,9 @@ def _parse_conf(req: Request, conf: JSON) -> None:
     if "logLevel" in conf and conf["logLevel"] not in _LOG_LEVELS:
         raise CNIError(E.INVALID_CONFIG, f"logLevel: {conf['logLevel']!r} must be one of {', '.join(_LOG_LEVELS)}")
     if "delegateTimeout" in conf and not 0 < conf["delegateTimeout"] <= MAX_DELEGATE_TIMEOUT:
-        raise CNIError(E.INVALID_CONFIG,
-                       f"delegateTimeout: must be a number of seconds above 0 and at most {MAX_DELEGATE_TIMEOUT}")
+        raise CNIError(
+            E.INVALID_CONFIG, f"delegateTimeout: must be a number of seconds above 0 and at most {MAX_DELEGATE_TIMEOUT}"
+        )
     for key in ("runtimeConfig", "args"):
         if key in conf and not isinstance(conf[key], dict):
             raise CNIError(E.INVALID_CONFIG, f"{key}: must be a JSON object, got {_json_type(conf[key])}")
@@ -209,7 +225,8 @@ def parse_cni_args(args: str) -> dict[str, str]:
 
 def _json_type(value: object) -> str:
     return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
-        type(value), "number")
+        type(value), "number"
+    )
 
 
 def _type_name(kind: object) -> str:

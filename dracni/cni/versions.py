@@ -69,8 +69,11 @@ def to_current(result: JSON, version: str | None = None) -> JSON:
     """
     version = version or result.get("cniVersion") or LATEST
     if version not in SUPPORTED_VERSIONS:
-        raise CNIError(INCOMPATIBLE_VERSION, f"cannot convert a result of version {version!r}",
-                       f"supported versions: {', '.join(SUPPORTED_VERSIONS)}")
+        raise CNIError(
+            INCOMPATIBLE_VERSION,
+            f"cannot convert a result of version {version!r}",
+            f"supported versions: {', '.join(SUPPORTED_VERSIONS)}",
+        )
     out = dict(result)
     if at_least(version, "1.0.0"):
         out["cniVersion"] = version
@@ -92,8 +95,7 @@ def from_current(result: JSON, version: str) -> JSON:
     ]
     out["ips"] = [{**ip, "version": _ip_family(ip.get("address", ""))} for ip in result.get("ips") or []]
     out["routes"] = [
-        {k: v for k, v in route.items() if k not in _V1_1_ONLY_ROUTE_FIELDS}
-        for route in result.get("routes") or []
+        {k: v for k, v in route.items() if k not in _V1_1_ONLY_ROUTE_FIELDS} for route in result.get("routes") or []
     ]
     for key in ("interfaces", "ips", "routes"):
         if not out[key]:

@@ -21,7 +21,7 @@ import os
 import shutil
 import stat
 import tempfile
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..atomicfile import fsync_dir
 from ..defaults import PLUGIN_NAME

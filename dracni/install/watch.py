@@ -17,9 +17,16 @@ log = logging.getLogger(__name__)
 RESYNC_SECONDS = 60.0
 
 
-def watch(conf_dir: str, dracni_conf: dict[str, Any], primary_name: str | None = None,
-          filename: str = CONF_FILE, *, stop: threading.Event,
-          resync_seconds: float = RESYNC_SECONDS, debounce_seconds: float = 0.05) -> None:
+def watch(
+    conf_dir: str,
+    dracni_conf: dict[str, Any],
+    primary_name: str | None = None,
+    filename: str = CONF_FILE,
+    *,
+    stop: threading.Event,
+    resync_seconds: float = RESYNC_SECONDS,
+    debounce_seconds: float = 0.05,
+) -> None:
     """Keep the chained conflist in sync until ``stop`` is set.
 
     Every create/modify/move/delete of a config file in ``conf_dir`` triggers a ``sync``, and
@@ -29,8 +36,17 @@ def watch(conf_dir: str, dracni_conf: dict[str, Any], primary_name: str | None =
     """
     from inotify_simple import INotify, flags
 
-    mask = (flags.CREATE | flags.CLOSE_WRITE | flags.MODIFY | flags.MOVED_TO | flags.MOVED_FROM
-            | flags.DELETE | flags.ATTRIB | flags.DELETE_SELF | flags.MOVE_SELF)
+    mask = (
+        flags.CREATE
+        | flags.CLOSE_WRITE
+        | flags.MODIFY
+        | flags.MOVED_TO
+        | flags.MOVED_FROM
+        | flags.DELETE
+        | flags.ATTRIB
+        | flags.DELETE_SELF
+        | flags.MOVE_SELF
+    )
     gone = flags.IGNORED | flags.DELETE_SELF | flags.MOVE_SELF
     last_message: list[str | None] = [None]
 

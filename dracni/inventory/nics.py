@@ -48,15 +48,34 @@ _VIRTIO = re.compile(r"^virtio\d+$")
 # top of a NIC or for the node's own plumbing (pod veths, bridges, overlay and tunnel devices),
 # and the children dracni's own delegates create.  An explicit ``include`` naming an interface
 # overrides this; see ``eligible``.
-DEFAULT_EXCLUDED_KINDS = frozenset({
-    "veth", "bridge", "netkit",
-    "tun",                                # tun and tap both report "tun"
-    "macvlan", "macvtap", "ipvlan", "ipvtap", "vlan",
-    "ifb", "nlmon",
-    "vxlan", "geneve",                    # overlays of the node's primary CNI
-    "ipip", "sit", "gre", "gretap", "ip6gre", "ip6gretap", "ip6tnl",
-    "vti", "vti6", "erspan", "ip6erspan",  # tunnels, incl. the kernel's fallback tunl0/sit0/...
-})
+DEFAULT_EXCLUDED_KINDS = frozenset(
+    {
+        "veth",
+        "bridge",
+        "netkit",
+        "tun",  # tun and tap both report "tun"
+        "macvlan",
+        "macvtap",
+        "ipvlan",
+        "ipvtap",
+        "vlan",
+        "ifb",
+        "nlmon",
+        "vxlan",
+        "geneve",  # overlays of the node's primary CNI
+        "ipip",
+        "sit",
+        "gre",
+        "gretap",
+        "ip6gre",
+        "ip6gretap",
+        "ip6tnl",
+        "vti",
+        "vti6",
+        "erspan",
+        "ip6erspan",  # tunnels, incl. the kernel's fallback tunl0/sit0/...
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -70,9 +89,9 @@ class HardwareFacts:
     sriov_totalvfs: int | None = None
     sriov_numvfs: int | None = None
     sriov_is_vf: bool = False
-    virtual: bool | None = None     # None: sysfs had no usable entry for the interface
-    driver: str | None = None       # kernel driver of the interface's device, e.g. "ice"
-    vendor_id: str | None = None    # PCI IDs as sysfs prints them, e.g. "0x8086"
+    virtual: bool | None = None  # None: sysfs had no usable entry for the interface
+    driver: str | None = None  # kernel driver of the interface's device, e.g. "ice"
+    vendor_id: str | None = None  # PCI IDs as sysfs prints them, e.g. "0x8086"
     device_id: str | None = None
 
 
@@ -89,10 +108,10 @@ class Nic(HardwareFacts, _Link):
 
     mac: str = ""
     mtu: int = 0
-    kind: str = ""                  # IFLA_INFO_KIND; "" for a physical NIC (and lo)
-    oper_state: str = "unknown"     # IFLA_OPERSTATE lowercased: up, down, lowerlayerdown, ...
-    admin_up: bool = False          # IFF_UP
-    link_type: int = 1              # ARPHRD_* (1 ether, 772 loopback)
+    kind: str = ""  # IFLA_INFO_KIND; "" for a physical NIC (and lo)
+    oper_state: str = "unknown"  # IFLA_OPERSTATE lowercased: up, down, lowerlayerdown, ...
+    admin_up: bool = False  # IFF_UP
+    link_type: int = 1  # ARPHRD_* (1 ether, 772 loopback)
     virtual: bool = False
     master: str | None = None
     alt_names: tuple[str, ...] = field(default_factory=tuple)
@@ -170,9 +189,15 @@ def _usable_class_entry(entry: str, ifindex: int | None, mac: str | None) -> boo
     return True
 
 
-def hardware_facts(name: str, sysfs_root: str = "/sys", *, ifindex: int | None = None,
-                   mac: str | None = None, parent_dev: str | None = None,
-                   parent_bus: str | None = None) -> HardwareFacts:
+def hardware_facts(
+    name: str,
+    sysfs_root: str = "/sys",
+    *,
+    ifindex: int | None = None,
+    mac: str | None = None,
+    parent_dev: str | None = None,
+    parent_bus: str | None = None,
+) -> HardwareFacts:
     """Hardware facts of interface ``name`` from the sysfs tree at ``sysfs_root``.
 
     ``ifindex`` and ``mac`` (from netlink) guard against a same-named interface of another
@@ -277,26 +302,31 @@ def discover_nics(*, netns: str | None = None, sysfs_root: str = "/sys") -> list
         master_index = msg.get_attr("IFLA_MASTER")
         link_type = msg["ifi_type"]
         hw = hardware_facts(
-            name, sysfs_root, ifindex=index, mac=mac,
+            name,
+            sysfs_root,
+            ifindex=index,
+            mac=mac,
             parent_dev=msg.get_attr("IFLA_PARENT_DEV_NAME"),
             parent_bus=msg.get_attr("IFLA_PARENT_DEV_BUS_NAME"),
         )
         facts = asdict(hw)
         if hw.virtual is None:  # no usable sysfs entry: a link kind or loopback says virtual, else False
             facts["virtual"] = bool(kind) or link_type == ARPHRD_LOOPBACK
-        nics.append(Nic(
-            name=name,
-            index=index,
-            mac=mac,
-            mtu=msg.get_attr("IFLA_MTU") or 0,
-            kind=kind,
-            oper_state=(msg.get_attr("IFLA_OPERSTATE") or "unknown").lower(),
-            admin_up=bool(msg["flags"] & 1),
-            link_type=link_type,
-            master=names.get(master_index) if master_index else None,
-            alt_names=_alt_names(msg),
-            **facts,
-        ))
+        nics.append(
+            Nic(
+                name=name,
+                index=index,
+                mac=mac,
+                mtu=msg.get_attr("IFLA_MTU") or 0,
+                kind=kind,
+                oper_state=(msg.get_attr("IFLA_OPERSTATE") or "unknown").lower(),
+                admin_up=bool(msg["flags"] & 1),
+                link_type=link_type,
+                master=names.get(master_index) if master_index else None,
+                alt_names=_alt_names(msg),
+                **facts,
+            )
+        )
     nics.sort(key=lambda n: n.index)
     return nics
 
@@ -323,12 +353,17 @@ def default_exclusion_reason(nic: Nic, dracni_created: set[str] | frozenset[str]
     return None
 
 
-def eligible(nic: Nic, include: list[str] | None = None, exclude: list[str] | None = None,
-             dracni_created: set[str] | frozenset[str] = frozenset()) -> bool:
+def eligible(
+    nic: Nic,
+    include: list[str] | None = None,
+    exclude: list[str] | None = None,
+    dracni_created: set[str] | frozenset[str] = frozenset(),
+) -> bool:
     """Whether dracni offers ``nic`` as a device.
 
     Patterns are shell-style globs on the interface name (``fnmatch.fnmatchcase``).  In order:
-    a link dracni created (``dracni_created``) is never offered; a match in ``exclude`` rejects; a non-empty ``include`` that no pattern matches rejects; an
+    a link dracni created (``dracni_created``) is never offered; a match in ``exclude`` rejects;
+    a non-empty ``include`` that no pattern matches rejects; an
     ``include`` entry that is the interface's literal name (no glob characters) accepts, even a
     link the defaults exclude; otherwise the defaults decide (``default_exclusion_reason``:
     loopback, kinds in ``DEFAULT_EXCLUDED_KINDS``, links enslaved

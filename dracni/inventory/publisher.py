@@ -24,8 +24,17 @@ WATCH_TIMEOUT = 300
 
 
 class SlicePublisher:
-    def __init__(self, api: KubeApi, *, driver: str, node: str, include: list[str] | None = None,
-                 exclude: list[str] | None = None, netns: str | None = None, sysfs_root: str = "/sys") -> None:
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        driver: str,
+        node: str,
+        include: list[str] | None = None,
+        exclude: list[str] | None = None,
+        netns: str | None = None,
+        sysfs_root: str = "/sys",
+    ) -> None:
         self.api = api
         self.driver = driver
         self.node = node
@@ -41,10 +50,14 @@ class SlicePublisher:
 
     # -- reconcile -------------------------------------------------------------------------
     def desired(self) -> list[dict[str, Any]]:
-        nics = [n for n in discover_nics(netns=self.netns, sysfs_root=self.sysfs_root)
-                if eligible(n, self.include, self.exclude)]
-        return build_slices(driver=self.driver, node_name=self.node, node_uid=self._node_uid, nics=nics,
-                            generation=self.generation)
+        nics = [
+            n
+            for n in discover_nics(netns=self.netns, sysfs_root=self.sysfs_root)
+            if eligible(n, self.include, self.exclude)
+        ]
+        return build_slices(
+            driver=self.driver, node_name=self.node, node_uid=self._node_uid, nics=nics, generation=self.generation
+        )
 
     def reconcile(self) -> None:
         if self._node_uid is None:
@@ -55,7 +68,8 @@ class SlicePublisher:
         self.generation = max([self.generation] + [s["spec"]["pool"].get("generation", 0) for s in existing])
         desired = self.desired()
         unchanged = len(existing) == len(desired) and all(
-            d["metadata"]["name"] in by_name and slices_equal(d, by_name[d["metadata"]["name"]]) for d in desired)
+            d["metadata"]["name"] in by_name and slices_equal(d, by_name[d["metadata"]["name"]]) for d in desired
+        )
         if unchanged:
             self.published.set()
             return
@@ -102,7 +116,7 @@ class SlicePublisher:
         while not stop.is_set():
             try:
                 _, resource_version = self.api.list_slices(self.selector)
-                for kind, obj in self.api.watch_slices(self.selector, resource_version, WATCH_TIMEOUT):
+                for kind, _obj in self.api.watch_slices(self.selector, resource_version, WATCH_TIMEOUT):
                     if stop.is_set():
                         return
                     if kind in ("DELETED", "MODIFIED"):

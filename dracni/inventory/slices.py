@@ -16,11 +16,21 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from .. import defaults
-from ..kube.validation import (ATTRIBUTE_VALUE_MAX, DEVICE_MAX_ATTRIBUTES, DNS1123_LABEL_MAX, DNS1123_SUBDOMAIN_MAX,
-                               DRIVER_NAME_MAX, SLICE_MAX_DEVICES, is_dns_subdomain, is_driver_name, is_label_value)
+from ..kube.validation import (
+    ATTRIBUTE_VALUE_MAX,
+    DEVICE_MAX_ATTRIBUTES,
+    DNS1123_LABEL_MAX,
+    DNS1123_SUBDOMAIN_MAX,
+    DRIVER_NAME_MAX,
+    SLICE_MAX_DEVICES,
+    is_dns_subdomain,
+    is_driver_name,
+    is_label_value,
+)
 from .nics import Nic
 
 __all__ = [
@@ -67,7 +77,7 @@ def device_name(ifname: str) -> str:
 
 
 def _suffixed(base: str, suffix: str) -> str:
-    head = base[:DNS1123_LABEL_MAX - len(suffix) - 1].rstrip("-") or "nic"
+    head = base[: DNS1123_LABEL_MAX - len(suffix) - 1].rstrip("-") or "nic"
     return f"{head}-{suffix}"
 
 
@@ -89,7 +99,7 @@ def unique_device_names(ifnames: Iterable[str]) -> dict[str, str]:
 
     result: dict[str, str] = {}
     taken: set[str] = set()
-    pending: list[tuple[str, str]] = []          # (ifname, base) needing a suffix
+    pending: list[tuple[str, str]] = []  # (ifname, base) needing a suffix
     for base, members in groups.items():
         if len(members) == 1:
             result[members[0]] = base
@@ -194,8 +204,15 @@ def device_for(nic: Nic, *, domain: str = defaults.DRIVER, name: str | None = No
 # -- slices ---------------------------------------------------------------------------------------
 
 
-def build_slices(*, driver: str, node_name: str, node_uid: str | None, nics: list[Nic],
-                 generation: int, max_devices: int = SLICE_MAX_DEVICES) -> list[dict[str, Any]]:
+def build_slices(
+    *,
+    driver: str,
+    node_name: str,
+    node_uid: str | None,
+    nics: list[Nic],
+    generation: int,
+    max_devices: int = SLICE_MAX_DEVICES,
+) -> list[dict[str, Any]]:
     """The ResourceSlices publishing ``nics`` as the pool of node ``node_name``.
 
     Devices are sorted by name and split into ceil(n / max_devices) slices (one slice with no
@@ -211,36 +228,40 @@ def build_slices(*, driver: str, node_name: str, node_uid: str | None, nics: lis
         raise ValueError(f"node name {node_name!r}: must be a DNS subdomain")
     if isinstance(generation, bool) or not isinstance(generation, int) or not 0 <= generation < 2**63:
         raise ValueError(f"generation {generation!r}: must be a non-negative int64")
-    if isinstance(max_devices, bool) or not isinstance(max_devices, int) \
-            or not 1 <= max_devices <= SLICE_MAX_DEVICES:
+    if isinstance(max_devices, bool) or not isinstance(max_devices, int) or not 1 <= max_devices <= SLICE_MAX_DEVICES:
         raise ValueError(f"max_devices {max_devices!r}: must be between 1 and {SLICE_MAX_DEVICES}")
 
     names = unique_device_names(nic.name for nic in nics)
-    devices = sorted((device_for(nic, domain=driver, name=names[nic.name]) for nic in nics),
-                     key=lambda d: d["name"])
-    chunks = [devices[i:i + max_devices] for i in range(0, len(devices), max_devices)] or [[]]
+    devices = sorted((device_for(nic, domain=driver, name=names[nic.name]) for nic in nics), key=lambda d: d["name"])
+    chunks = [devices[i : i + max_devices] for i in range(0, len(devices), max_devices)] or [[]]
 
     labels = {LABEL_DRIVER: label_value(driver), LABEL_NODE: label_value(node_name)}
     slices = []
     for index, chunk in enumerate(chunks):
         metadata: dict[str, Any] = {"name": slice_name(node_name, driver, index), "labels": dict(labels)}
         if node_uid:
-            metadata["ownerReferences"] = [{
-                "apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid,
-                "controller": True,
-            }]
-        slices.append({
-            "apiVersion": API_VERSION,
-            "kind": "ResourceSlice",
-            "metadata": metadata,
-            "spec": {
-                "driver": driver,
-                "nodeName": node_name,
-                "pool": {"name": node_name, "generation": generation,
-                         "resourceSliceCount": len(chunks)},
-                "devices": chunk,
-            },
-        })
+            metadata["ownerReferences"] = [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "name": node_name,
+                    "uid": node_uid,
+                    "controller": True,
+                }
+            ]
+        slices.append(
+            {
+                "apiVersion": API_VERSION,
+                "kind": "ResourceSlice",
+                "metadata": metadata,
+                "spec": {
+                    "driver": driver,
+                    "nodeName": node_name,
+                    "pool": {"name": node_name, "generation": generation, "resourceSliceCount": len(chunks)},
+                    "devices": chunk,
+                },
+            }
+        )
     return slices
 
 
@@ -295,4 +316,3 @@ def slices_equal(desired: dict[str, Any], existing: dict[str, Any]) -> bool:
     None values and empty maps/lists.
     """
     return _normal_spec(desired) == _normal_spec(existing)
-

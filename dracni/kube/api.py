@@ -91,29 +91,42 @@ class KubeApi:
         return data.get("items") or [], data.get("metadata", {}).get("resourceVersion", "")
 
     def watch_claims(self, resource_version: str, timeout_seconds: int) -> Iterator[tuple[str, dict[str, Any]]]:
-        yield from self._watch(self.resource.list_resource_claim_for_all_namespaces, resource_version,
-                               timeout_seconds)
+        yield from self._watch(self.resource.list_resource_claim_for_all_namespaces, resource_version, timeout_seconds)
 
-    def apply_claim_status(self, namespace: str, name: str, devices: list[dict[str, Any]],
-                           field_manager: str) -> dict[str, Any]:
+    def apply_claim_status(
+        self, namespace: str, name: str, devices: list[dict[str, Any]], field_manager: str
+    ) -> dict[str, Any]:
         """Server-side apply of this driver's ``status.devices`` entries (force: we own them).
 
         A merge or strategic patch would replace the whole list and wipe other drivers' entries.
         """
-        body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                "metadata": {"name": name, "namespace": namespace}, "status": {"devices": devices}}
-        return _call(self.resource.patch_namespaced_resource_claim_status, name, namespace, body,
-                     field_manager=field_manager, force=True, _content_type=APPLY_PATCH)
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace},
+            "status": {"devices": devices},
+        }
+        return _call(
+            self.resource.patch_namespaced_resource_claim_status,
+            name,
+            namespace,
+            body,
+            field_manager=field_manager,
+            force=True,
+            _content_type=APPLY_PATCH,
+        )
 
     # -- resourceslices: CRUD and watch ----------------------------------------------------------
     def list_slices(self, field_selector: str) -> tuple[list[dict[str, Any]], str]:
         data = _call(self.resource.list_resource_slice, field_selector=field_selector)
         return data.get("items") or [], data.get("metadata", {}).get("resourceVersion", "")
 
-    def watch_slices(self, field_selector: str, resource_version: str,
-                     timeout_seconds: int) -> Iterator[tuple[str, dict[str, Any]]]:
-        yield from self._watch(self.resource.list_resource_slice, resource_version, timeout_seconds,
-                               field_selector=field_selector)
+    def watch_slices(
+        self, field_selector: str, resource_version: str, timeout_seconds: int
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        yield from self._watch(
+            self.resource.list_resource_slice, resource_version, timeout_seconds, field_selector=field_selector
+        )
 
     def create_slice(self, body: dict[str, Any]) -> dict[str, Any]:
         return _call(self.resource.create_resource_slice, body)
@@ -142,8 +155,15 @@ class KubeApi:
         """PUT the status subresource; the object's resourceVersion is the precondition (409)."""
         group, version, plural = IPAMCLAIMS
         meta = obj["metadata"]
-        return _call(self.custom.replace_namespaced_custom_object_status, group, version, meta["namespace"], plural,
-                     meta["name"], obj)
+        return _call(
+            self.custom.replace_namespaced_custom_object_status,
+            group,
+            version,
+            meta["namespace"],
+            plural,
+            meta["name"],
+            obj,
+        )
 
     # -- nodes: get ----------------------------------------------------------------------------
     def get_node(self, name: str) -> dict[str, Any] | None:
@@ -155,8 +175,9 @@ class KubeApi:
             raise
 
     # -- watch plumbing --------------------------------------------------------------------------
-    def _watch(self, list_fn: Callable[..., Any], resource_version: str, timeout_seconds: int,
-               **kwargs: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    def _watch(
+        self, list_fn: Callable[..., Any], resource_version: str, timeout_seconds: int, **kwargs: Any
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
         """Events after ``resource_version``; ``ApiError(410)`` when it is too old (re-list).
 
         ``return_type="object"``: plain dicts (the client cannot guess the item model of the
@@ -164,8 +185,13 @@ class KubeApi:
         """
         w = watch.Watch(return_type="object")
         try:
-            for event in w.stream(list_fn, resource_version=resource_version,
-                                  timeout_seconds=timeout_seconds, allow_watch_bookmarks=True, **kwargs):
+            for event in w.stream(
+                list_fn,
+                resource_version=resource_version,
+                timeout_seconds=timeout_seconds,
+                allow_watch_bookmarks=True,
+                **kwargs,
+            ):
                 kind, obj = event.get("type"), event.get("raw_object") or event.get("object") or {}
                 yield kind, obj
         except ApiException as exc:

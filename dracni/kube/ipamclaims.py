@@ -42,10 +42,16 @@ class IpamClaimWriter:
             status = dict(obj.get("status") or {})
             held = status.get("ips") or []
             if held and sorted(held) != sorted(ips):
-                raise SinkError(f"{where} holds {', '.join(held)} but the IPAM returned {', '.join(ips) or 'nothing'}",
-                                retryable=False)
-            desired = {**status, "ips": ips, "ownerPod": {"name": pod_name or ""},
-                       "conditions": _conditions(status.get("conditions") or [], ips)}
+                raise SinkError(
+                    f"{where} holds {', '.join(held)} but the IPAM returned {', '.join(ips) or 'nothing'}",
+                    retryable=False,
+                )
+            desired = {
+                **status,
+                "ips": ips,
+                "ownerPod": {"name": pod_name or ""},
+                "conditions": _conditions(status.get("conditions") or [], ips),
+            }
             if desired == status:
                 return
             self.api.replace_ipamclaim_status({**obj, "status": desired})
@@ -59,5 +65,12 @@ def _conditions(existing: list[dict[str, Any]], ips: list[str]) -> list[dict[str
     message = f"addresses {', '.join(ips)} allocated by dracni"
     if old and old.get("status") == "True" and old.get("message") == message:
         return others + [old]
-    return others + [{"type": CONDITION_TYPE, "status": "True", "reason": CONDITION_REASON, "message": message,
-                      "lastTransitionTime": now_rfc3339()}]
+    return others + [
+        {
+            "type": CONDITION_TYPE,
+            "status": "True",
+            "reason": CONDITION_REASON,
+            "message": message,
+            "lastTransitionTime": now_rfc3339(),
+        }
+    ]

@@ -82,8 +82,7 @@ _DNS1123_SUBDOMAIN_MSG = (
 _QUALIFIED_NAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
 _QUALIFIED_NAME = re.compile(f"^{_QUALIFIED_NAME_FMT}$")
 _QUALIFIED_NAME_MSG = (
-    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
-    "alphanumeric character"
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
 )
 _REASON_FMT = "[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?"
 _REASON = re.compile(f"^{_REASON_FMT}$")
@@ -262,7 +261,15 @@ def _validate_conditions(conditions: list[Any], path: str) -> list[str]:
                     _invalid(
                         f"{item}.reason",
                         reason,
-                        _regex_error(_REASON_MSG, _REASON_FMT, "my_name", "MY_NAME", "MyName", "ReasonA,ReasonB", "ReasonA:ReasonB"),
+                        _regex_error(
+                            _REASON_MSG,
+                            _REASON_FMT,
+                            "my_name",
+                            "MY_NAME",
+                            "MyName",
+                            "ReasonA,ReasonB",
+                            "ReasonA:ReasonB",
+                        ),
                     )
                 )
             if _blen(reason) > REASON_MAX:
@@ -342,11 +349,15 @@ def validate_device_status(
         ident = device_id(entry)
         if ident not in allocated:
             errs.append(_invalid(path, ident, "must be an allocated device in the claim"))
-    errs.extend(_optional(entry.get("conditions"), f"{path}.conditions", list, "must be a list of conditions",
-                          _validate_conditions))
+    errs.extend(
+        _optional(
+            entry.get("conditions"), f"{path}.conditions", list, "must be a list of conditions", _validate_conditions
+        )
+    )
     errs.extend(_validate_data(entry.get("data"), f"{path}.data"))
-    errs.extend(_optional(entry.get("networkData"), f"{path}.networkData", dict, "must be an object",
-                          _validate_network_data))
+    errs.extend(
+        _optional(entry.get("networkData"), f"{path}.networkData", dict, "must be an object", _validate_network_data)
+    )
     return errs
 
 

@@ -21,8 +21,9 @@ log = logging.getLogger(__name__)
 DeviceAnswer = dict[str, str]
 
 
-def _call(callback: Callable[[list[ClaimRef]], Any], claims: list[ClaimRef], what: str,
-          doing: str) -> tuple[Mapping[str, Any] | None, str]:
+def _call(
+    callback: Callable[[list[ClaimRef]], Any], claims: list[ClaimRef], what: str, doing: str
+) -> tuple[Mapping[str, Any] | None, str]:
     """The callback's mapping, or None and the error every claim gets."""
     try:
         outcomes = callback(list(claims))
@@ -37,8 +38,9 @@ def _call(callback: Callable[[list[ClaimRef]], Any], claims: list[ClaimRef], wha
     return outcomes, ""
 
 
-def prepare_answers(callback: Callable[[list[ClaimRef]], Any],
-                    claims: list[ClaimRef]) -> dict[str, tuple[list[DeviceAnswer], str | None]]:
+def prepare_answers(
+    callback: Callable[[list[ClaimRef]], Any], claims: list[ClaimRef]
+) -> dict[str, tuple[list[DeviceAnswer], str | None]]:
     """uid -> (devices, error) for every requested claim, whatever the callback does."""
     if not claims:
         return {}
@@ -102,4 +104,3 @@ def _normalise_outcome(outcome: Any) -> tuple[list[DeviceAnswer], str | None]:
 
 def _names(claims: list[ClaimRef]) -> str:
     return ", ".join(f"{c.namespace}/{c.name} ({c.uid})" for c in claims)
-

@@ -76,9 +76,17 @@ class KubeletPluginHelper:
                     continue
                 fetched.append(claim)
                 origins[ref.uid] = self.claims.path_of(ref.namespace, ref.name)
-            outcomes.update(prepare_claims(self.state, fetched, driver=self.driver, node=self.node,
-                                           allowed_types=self.allowed_types, ipamclaims=self.ipamclaims,
-                                           sources=origins))
+            outcomes.update(
+                prepare_claims(
+                    self.state,
+                    fetched,
+                    driver=self.driver,
+                    node=self.node,
+                    allowed_types=self.allowed_types,
+                    ipamclaims=self.ipamclaims,
+                    sources=origins,
+                )
+            )
         return outcomes
 
     def unprepare(self, refs: list[ClaimRef]) -> dict[str, str | None]:
@@ -98,13 +106,17 @@ class KubeletPluginHelper:
             return None, f"{where} not found"
         uid = (claim.get("metadata") or {}).get("uid")
         if uid != ref.uid:
-            return None, (f"{where} has UID {uid}, kubelet asked for {ref.uid}: "
-                          "the claim was deleted and re-created; kubelet will retry with the new one")
+            return None, (
+                f"{where} has UID {uid}, kubelet asked for {ref.uid}: "
+                "the claim was deleted and re-created; kubelet will retry with the new one"
+            )
         if self.node is not None:
             foreign = [r for r in _our_results(claim, self.driver) if r.get("pool") != self.node]
             if foreign:
-                return None, (f"{where}: device {foreign[0].get('device')} is allocated from pool "
-                              f"{foreign[0].get('pool')}, not from this node {self.node}")
+                return None, (
+                    f"{where}: device {foreign[0].get('device')} is allocated from pool "
+                    f"{foreign[0].get('pool')}, not from this node {self.node}"
+                )
         return claim, ""
 
 

@@ -29,18 +29,10 @@ from typing import Any
 
 import grpc
 
+from dracni.claims.prepare import PrepareOutcome
 from dracni.kube.validation import is_driver_name
 from dracni.kubelet.answers import prepare_answers, unprepare_answers
-from dracni.claims.prepare import PrepareOutcome
 from dracni.kubelet.helper import ClaimRef
-from dracni.kubelet.sockets import (
-    check_socket_path,
-    dra_socket_path,
-    registration_socket_path,
-    remove_stale_socket,
-    wait_until_serving,
-)
-
 from dracni.kubelet.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
@@ -48,6 +40,13 @@ from dracni.kubelet.proto import (
     dra_v1beta1_pb2_grpc,
     registration_pb2,
     registration_pb2_grpc,
+)
+from dracni.kubelet.sockets import (
+    check_socket_path,
+    dra_socket_path,
+    registration_socket_path,
+    remove_stale_socket,
+    wait_until_serving,
 )
 
 log = logging.getLogger(__name__)
@@ -266,7 +265,7 @@ class _DRAService:
         self._version = version
         self._share_id = share_id
 
-    def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+    def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         claims = _claim_refs(request.claims)
         results = prepare_answers(self._owner._prepare_cb, claims)
         response = self._pb2.NodePrepareResourcesResponse()
@@ -288,7 +287,7 @@ class _DRAService:
         _log_call("NodePrepareResources", self._version, claims, results, failed)
         return response
 
-    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         claims = _claim_refs(request.claims)
         results = unprepare_answers(self._owner._unprepare_cb, claims)
         response = self._pb2.NodeUnprepareResourcesResponse()
@@ -306,7 +305,7 @@ class _RegistrationService:
     def __init__(self, owner: DRAPluginServer) -> None:
         self._owner = owner
 
-    def GetInfo(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+    def GetInfo(self, request: Any, context: grpc.ServicerContext) -> Any:
         log.debug("kubelet asked for plugin info of %s", self._owner.driver)
         return registration_pb2.PluginInfo(
             type=PLUGIN_TYPE,
@@ -315,7 +314,7 @@ class _RegistrationService:
             supported_versions=list(SUPPORTED_SERVICES),
         )
 
-    def NotifyRegistrationStatus(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+    def NotifyRegistrationStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._owner._record_registration(request.plugin_registered, request.error)
         return registration_pb2.RegistrationStatusResponse()
 

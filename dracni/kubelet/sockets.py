@@ -60,5 +60,7 @@ def wait_until_serving(path: str, timeout: float) -> None:
                 return
             except OSError as exc:
                 if time.monotonic() >= deadline:
-                    raise OSError(f"the DRA server on {path} accepted no connection within {timeout} s: {exc}") from None
+                    raise OSError(
+                        f"the DRA server on {path} accepted no connection within {timeout} s: {exc}"
+                    ) from None
         time.sleep(0.01)

@@ -46,14 +46,14 @@ class Service:
     """All parts of the service, started and stopped together."""
 
     def __init__(self, opts: ServiceOptions) -> None:
-        from ..kube.api import KubeApi, load_api_client
         from ..claims.api_source import ClaimCache
+        from ..inventory.publisher import SlicePublisher
+        from ..kube.api import KubeApi, load_api_client
         from ..kube.ipamclaims import IpamClaimWriter
         from ..kube.status_sink import ApiStatusSink
         from ..kubelet.helper import KubeletPluginHelper
         from ..kubelet.server import DRAPluginServer
         from ..state.store import StateDir
-        from ..inventory.publisher import SlicePublisher
         from .metrics import HealthServer, observed_prepare, observed_unprepare
         from .status_publisher import StatusPublisher
 
@@ -62,16 +62,36 @@ class Service:
         self.state = StateDir(opts.state_dir)
         self.api = KubeApi(load_api_client(opts.kubeconfig))
         self.claims = ClaimCache(self.api)
-        self.helper = KubeletPluginHelper(state=self.state, claims=self.claims, driver=opts.driver, node=opts.node,
-                                          allowed_types=opts.allowed_types, ipamclaims=self.api.get_ipamclaim)
-        self.grpc = DRAPluginServer(driver=opts.driver, plugins_dir=opts.plugins_dir,
-                                    registry_dir=opts.registry_dir, prepare=observed_prepare(self.helper.prepare),
-                                    unprepare=observed_unprepare(self.helper.unprepare))
-        self.status = StatusPublisher(self.state, ApiStatusSink(self.api), opts.driver,
-                                      on_published=IpamClaimWriter(self.api).sync)
-        self.slices = SlicePublisher(self.api, driver=opts.driver, node=opts.node, include=opts.nic_include or None,
-                                     exclude=opts.nic_exclude or None, netns=opts.netns) \
-            if opts.publish_slices else None
+        self.helper = KubeletPluginHelper(
+            state=self.state,
+            claims=self.claims,
+            driver=opts.driver,
+            node=opts.node,
+            allowed_types=opts.allowed_types,
+            ipamclaims=self.api.get_ipamclaim,
+        )
+        self.grpc = DRAPluginServer(
+            driver=opts.driver,
+            plugins_dir=opts.plugins_dir,
+            registry_dir=opts.registry_dir,
+            prepare=observed_prepare(self.helper.prepare),
+            unprepare=observed_unprepare(self.helper.unprepare),
+        )
+        self.status = StatusPublisher(
+            self.state, ApiStatusSink(self.api), opts.driver, on_published=IpamClaimWriter(self.api).sync
+        )
+        self.slices = (
+            SlicePublisher(
+                self.api,
+                driver=opts.driver,
+                node=opts.node,
+                include=opts.nic_include or None,
+                exclude=opts.nic_exclude or None,
+                netns=opts.netns,
+            )
+            if opts.publish_slices
+            else None
+        )
         self.health = HealthServer(opts.health_address, self.ready) if opts.health_address else None
         self._threads: list[threading.Thread] = []
         self._stops: list[Callable[[], None]] = []  # undo what start() did, newest last

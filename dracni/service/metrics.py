@@ -13,18 +13,19 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 
 REGISTRY = CollectorRegistry()
 PREPARES = Counter("dracni_prepare_claims_total", "Claims prepared, by result.", ["result"], registry=REGISTRY)
-UNPREPARES = Counter("dracni_unprepare_claims_total", "Claims unprepared, by result.", ["result"],
-                     registry=REGISTRY)
+UNPREPARES = Counter("dracni_unprepare_claims_total", "Claims unprepared, by result.", ["result"], registry=REGISTRY)
 PREPARE_SECONDS = Histogram("dracni_prepare_seconds", "NodePrepareResources latency.", registry=REGISTRY)
 UNPREPARE_SECONDS = Histogram("dracni_unprepare_seconds", "NodeUnprepareResources latency.", registry=REGISTRY)
-OUTBOX_DEPTH = Gauge("dracni_status_outbox_pending", "Claims whose status is waiting to be published.",
-                     registry=REGISTRY)
-PUBLISH_SECONDS = Histogram("dracni_status_publish_seconds", "Time to publish one claim's status.",
-                            registry=REGISTRY)
-PUBLISH_FAILURES = Counter("dracni_status_publish_failures_total", "Failed status publishes, by kind.", ["kind"],
-                           registry=REGISTRY)
-SLICE_PUBLISHES = Counter("dracni_resourceslice_writes_total", "ResourceSlice writes, by operation.",
-                          ["operation"], registry=REGISTRY)
+OUTBOX_DEPTH = Gauge(
+    "dracni_status_outbox_pending", "Claims whose status is waiting to be published.", registry=REGISTRY
+)
+PUBLISH_SECONDS = Histogram("dracni_status_publish_seconds", "Time to publish one claim's status.", registry=REGISTRY)
+PUBLISH_FAILURES = Counter(
+    "dracni_status_publish_failures_total", "Failed status publishes, by kind.", ["kind"], registry=REGISTRY
+)
+SLICE_PUBLISHES = Counter(
+    "dracni_resourceslice_writes_total", "ResourceSlice writes, by operation.", ["operation"], registry=REGISTRY
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ class HealthServer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            def do_GET(self) -> None:
                 if self.path == "/healthz":
                     self._send(200, b"ok\n", "text/plain")
                 elif self.path == "/readyz":
@@ -93,7 +94,7 @@ class HealthServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's name); quiet: probes hit this every few seconds
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
         self.ready = ready

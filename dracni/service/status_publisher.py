@@ -12,7 +12,8 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..state.store import StateDir
 from ..status.drain import drain_outbox
@@ -49,8 +50,9 @@ class TimedSink:
 
 
 class StatusPublisher:
-    def __init__(self, state: StateDir, sink: StatusSink, driver: str,
-                 on_published: Callable[[StatusOutbox], None] | None = None) -> None:
+    def __init__(
+        self, state: StateDir, sink: StatusSink, driver: str, on_published: Callable[[StatusOutbox], None] | None = None
+    ) -> None:
         self.state = state
         self.on_published = on_published
         self.sink = TimedSink(sink)

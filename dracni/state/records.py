@@ -187,11 +187,21 @@ def claim_pod_keys(claim: PreparedClaim) -> set[str]:
 
 
 # -- builders -----------------------------------------------------------------------------
-def new_prepared_claim(claim: ClaimRef, *, driver: str, source: str | None, prepared_at: str,
-                       pods: list[PodRef], devices: list[DeviceSpec]) -> PreparedClaim:
+def new_prepared_claim(
+    claim: ClaimRef, *, driver: str, source: str | None, prepared_at: str, pods: list[PodRef], devices: list[DeviceSpec]
+) -> PreparedClaim:
     """What prepare resolved for one claim: its pods and its devices with their parameters."""
-    return {"kind": "PreparedClaim", "uid": claim["uid"], "namespace": claim["namespace"], "name": claim["name"],
-            "driver": driver, "source": source, "preparedAt": prepared_at, "pods": pods, "devices": devices}
+    return {
+        "kind": "PreparedClaim",
+        "uid": claim["uid"],
+        "namespace": claim["namespace"],
+        "name": claim["name"],
+        "driver": driver,
+        "source": source,
+        "preparedAt": prepared_at,
+        "pods": pods,
+        "devices": devices,
+    }
 
 
 def new_pod_index() -> PodIndex:
@@ -206,25 +216,52 @@ def claim_ref(uid: str, namespace: str, name: str) -> ClaimRef:
     return {"uid": uid, "namespace": namespace, "name": name}
 
 
-def new_attachment(*, network: str, container_id: str, ifname: str, netns: str, cni_args: str,
-                   cni_version: str, pod: PodIdentity, updated_at: str) -> Attachment:
+def new_attachment(
+    *,
+    network: str,
+    container_id: str,
+    ifname: str,
+    netns: str,
+    cni_args: str,
+    cni_version: str,
+    pod: PodIdentity,
+    updated_at: str,
+) -> Attachment:
     """An Attachment in state ``adding``, before any delegate ran (the write-ahead record)."""
     return {
-        "kind": "Attachment", "network": network, "containerID": container_id, "ifName": ifname,
-        "netns": netns, "cniArgs": cni_args, "cniVersion": cni_version, "pod": pod,
-        "state": "adding", "error": None, "updatedAt": updated_at, "devices": [],
+        "kind": "Attachment",
+        "network": network,
+        "containerID": container_id,
+        "ifName": ifname,
+        "netns": netns,
+        "cniArgs": cni_args,
+        "cniVersion": cni_version,
+        "pod": pod,
+        "state": "adding",
+        "error": None,
+        "updatedAt": updated_at,
+        "devices": [],
     }
 
 
-def attached_device(claim: ClaimRef, driver: str | None, spec: DeviceSpec, ifname: str,
-                    delegates: list[Delegate]) -> AttachedDevice:
+def attached_device(
+    claim: ClaimRef, driver: str | None, spec: DeviceSpec, ifname: str, delegates: list[Delegate]
+) -> AttachedDevice:
     """One device of an Attachment, from the prepared device it attaches."""
     return {
-        "claim": claim, "request": spec["request"], "pool": spec["pool"], "device": spec["device"],
-        "shareID": spec.get("shareID"), "ifName": ifname, "driver": driver, "delegates": delegates,
-        "result": None, "error": None,
+        "claim": claim,
+        "request": spec["request"],
+        "pool": spec["pool"],
+        "device": spec["device"],
+        "shareID": spec.get("shareID"),
+        "ifName": ifname,
+        "driver": driver,
+        "delegates": delegates,
+        "result": None,
+        "error": None,
         "persistentIPs": bool(spec.get("persistentIPs") or spec.get("ipamClaim")),
-        "ipamClaim": spec.get("ipamClaim"), "requestedIPs": spec.get("requestedIPs") or [],
+        "ipamClaim": spec.get("ipamClaim"),
+        "requestedIPs": spec.get("requestedIPs") or [],
     }
 
 
@@ -234,8 +271,14 @@ def outbox_claim(claim: ClaimRef, driver: str | None) -> OutboxClaim:
 
 
 def new_outbox(claim: OutboxClaim) -> StatusOutbox:
-    return {"kind": "StatusOutbox", "claim": claim_ref(claim["uid"], claim["namespace"], claim["name"]),
-            "driver": claim.get("driver"), "seq": 0, "publishedSeq": 0, "devices": []}
+    return {
+        "kind": "StatusOutbox",
+        "claim": claim_ref(claim["uid"], claim["namespace"], claim["name"]),
+        "driver": claim.get("driver"),
+        "seq": 0,
+        "publishedSeq": 0,
+        "devices": [],
+    }
 
 
 def is_pending(outbox: StatusOutbox) -> bool:
@@ -248,10 +291,18 @@ def device_fact(record: Attachment, dev: AttachedDevice) -> DeviceFact:
     """What the claim status should say about ``dev`` after this ADD (ready or failed)."""
     pod = record.get("pod") or {}
     fact: DeviceFact = {
-        "request": dev["request"], "pool": dev["pool"], "device": dev["device"], "shareID": dev.get("shareID"),
-        "ifName": dev["ifName"], "ready": record["state"] == "ready" and dev.get("error") is None,
-        "result": dev.get("result"), "error": dev.get("error"), "containerID": record["containerID"],
-        "podUID": pod.get("uid"), "podName": pod.get("name"), "updatedAt": record["updatedAt"],
+        "request": dev["request"],
+        "pool": dev["pool"],
+        "device": dev["device"],
+        "shareID": dev.get("shareID"),
+        "ifName": dev["ifName"],
+        "ready": record["state"] == "ready" and dev.get("error") is None,
+        "result": dev.get("result"),
+        "error": dev.get("error"),
+        "containerID": record["containerID"],
+        "podUID": pod.get("uid"),
+        "podName": pod.get("name"),
+        "updatedAt": record["updatedAt"],
     }
     if dev.get("persistentIPs"):
         fact["ipamClaim"] = dev.get("ipamClaim")

@@ -21,17 +21,18 @@ the lock, when a write needs it).
 
 from __future__ import annotations
 
-import _thread
 import os
 
 from .. import jsonio
 from ..atomicfile import fsync_dir, read_if_exists, write_atomic
 from . import records as R
+from .lock import Held, StateLock
 from .records import SCHEMA_VERSION, attachment_key, claim_pod_keys, pod_index_keys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~7 ms to import; annotations are strings (PEP 563)
-    from typing import Any, Callable
+    from collections.abc import Callable
+    from typing import Any
 
     from .records import JSON, Attachment, DeviceFact, OutboxClaim, PodIndex, PreparedClaim, StatusOutbox
 
@@ -39,7 +40,6 @@ DIR_MODE = 0o700
 FILE_MODE = 0o600
 #: How long a writer waits for the state lock before giving up (seconds).
 LOCK_TIMEOUT = 30.0
-
 
 
 class StateError(Exception):
@@ -57,12 +57,7 @@ class StateDir:
 
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
-        self._lock: FlockFile | None = None
-        # flock serializes processes; this mutex serializes the threads of one process (the
-        # service shares one StateDir between its gRPC handlers and its status publisher).
-        self._mutex = _thread.allocate_lock()
-        self._owner: int | None = None
-        self._lock_depth = 0
+        self._lock = StateLock(os.path.join(self.root, "state.lock"), prepare=self.ensure, error=StateError)
 
     # -- paths ---------------------------------------------------------------------------
     def _path(self, kind: str, stem: str) -> str:
@@ -79,39 +74,9 @@ class StateDir:
                 raise StateError(f"cannot create state directory {path}: {exc.strerror}") from exc
 
     # -- locking -------------------------------------------------------------------------
-    def locked(self, timeout: float = LOCK_TIMEOUT) -> "_Held":
+    def locked(self, timeout: float = LOCK_TIMEOUT) -> Held:
         """``with state.locked():`` holds the state lock (re-entrant within this object)."""
-        return _Held(self, timeout)
-
-    def _acquire(self, timeout: float) -> None:
-        me = _thread.get_ident()
-        if self._owner == me:  # re-entrant within one thread
-            self._lock_depth += 1
-            return
-        if not self._mutex.acquire(timeout=timeout):
-            raise StateError(f"state lock {self.root}/state.lock busy for {timeout:g}s (in this process)")
-        try:
-            self.ensure()
-            if self._lock is None:
-                self._lock = FlockFile(os.path.join(self.root, "state.lock"))
-            if not self._lock.acquire(timeout):
-                raise StateError(f"state lock {self.root}/state.lock busy for {timeout:g}s")
-        except BaseException:
-            self._mutex.release()
-            raise
-        self._owner = me
-        self._lock_depth = 1
-
-    def _release(self) -> None:
-        self._lock_depth -= 1
-        if self._lock_depth == 0:
-            self._owner = None
-            if self._lock is not None:
-                self._lock.release()
-            self._mutex.release()
-
-    def _holds_lock(self) -> bool:
-        return self._owner == _thread.get_ident()
+        return self._lock.held(timeout)
 
     # -- low-level record I/O --------------------------------------------------------------
     def _read(self, path: str) -> Any:
@@ -129,7 +94,7 @@ class StateDir:
 
     def _write(self, path: str, record: Any) -> None:
         """Atomically replace ``path`` with ``record``; the caller holds the lock."""
-        assert self._holds_lock(), "state writes must hold the state lock"
+        assert self._lock.is_mine(), "state writes must hold the state lock"
         record["schema"] = SCHEMA_VERSION
         try:
             write_atomic(path, jsonio.dumps(record, pretty=True), FILE_MODE)
@@ -137,7 +102,7 @@ class StateDir:
             raise StateError(f"cannot write {path}: {exc.strerror}") from exc
 
     def _delete(self, path: str) -> bool:
-        assert self._holds_lock(), "state writes must hold the state lock"
+        assert self._lock.is_mine(), "state writes must hold the state lock"
         try:
             os.unlink(path)
         except FileNotFoundError:
@@ -227,8 +192,9 @@ class StateDir:
                 self._index_update(key, remove=removes[key])
             return removed
 
-    def _index_update(self, key: str, add: tuple[str, ...] | list[str] = (),
-                      remove: tuple[str, ...] | list[str] = ()) -> None:
+    def _index_update(
+        self, key: str, add: tuple[str, ...] | list[str] = (), remove: tuple[str, ...] | list[str] = ()
+    ) -> None:
         path = self._path("pods", key)
         index: PodIndex = self._read(path) or R.new_pod_index()
         claims: list[str] = [uid for uid in index["claims"] if uid not in remove]
@@ -379,57 +345,3 @@ class PluginVersionCache:
         self._entries[key] = versions
         live = {k: v for k, v in self._entries.items() if os.path.exists(k.split("|", 1)[0])}
         self.state.write_cache(self.NAME, {"kind": R.PLUGIN_VERSIONS, **live})
-
-
-class FlockFile:
-    """An exclusive ``flock(2)`` on a lock file, waited for up to a timeout.
-
-    Not the ``filelock`` package: importing it costs ~18 ms (typing, inspect, logging,
-    asyncio support), almost half of the CNI ADD budget, for the same three syscalls.
-    The kernel drops the lock when the process dies, so a crashed plugin never wedges the node.
-    """
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.fd: int | None = None
-
-    def acquire(self, timeout: float) -> bool:
-        import fcntl
-        import time
-
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
-        deadline = time.monotonic() + timeout
-        delay = 0.001
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self.fd = fd
-                return True
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    return False
-                time.sleep(delay)
-                delay = min(delay * 2, 0.05)
-
-    def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing the descriptor releases the flock
-            self.fd = None
-
-
-class _Held:
-    """Context manager of ``StateDir.locked`` (contextlib would cost an import on the hot path)."""
-
-    __slots__ = ("state", "timeout")
-
-    def __init__(self, state: StateDir, timeout: float) -> None:
-        self.state = state
-        self.timeout = timeout
-
-    def __enter__(self) -> None:
-        self.state._acquire(self.timeout)
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.state._release()
-

@@ -11,8 +11,9 @@ invalid) is reported as dropped and marked published, so it is not retried forev
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from dracni.state.store import StateDir, StateError
 from dracni.status.entries import status_devices
@@ -38,8 +39,9 @@ def _pending(state: StateDir, report: DrainReport) -> list[StatusOutbox]:
         return []
 
 
-def drain_outbox(state: StateDir, sink: StatusSink, *, driver: str,
-                 on_published: Callable[[StatusOutbox], None] | None = None) -> DrainReport:
+def drain_outbox(
+    state: StateDir, sink: StatusSink, *, driver: str, on_published: Callable[[StatusOutbox], None] | None = None
+) -> DrainReport:
     """Publish every pending outbox record once; see the module docstring.
 
     ``on_published(record)`` runs after a claim's status went out and before the record is

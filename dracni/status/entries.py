@@ -75,9 +75,10 @@ def _attachment_ips(result: Any, index: int | None) -> list[str]:
     for ip in result["ips"]:
         if not isinstance(ip, dict):
             continue
-        if "interface" in ip and ip["interface"] is not None:
-            if index is None or not _is_index(ip["interface"]) or ip["interface"] != index:
-                continue
+        if ip.get("interface") is not None and (
+            index is None or not _is_index(ip["interface"]) or ip["interface"] != index
+        ):
+            continue
         canonical = canonical_interface_address(ip.get("address"))
         if canonical is None or canonical in out:
             continue
@@ -220,7 +221,8 @@ def fact_ips(fact: DeviceFact) -> list[str]:
     """
     result = fact.get("result")
     return _attachment_ips(result, _attachment_index(result, fact.get("ifName") or "")) or _kept_ips(
-        fact.get("keptIPs"))
+        fact.get("keptIPs")
+    )
 
 
 def _kept_ips(values: Any) -> list[str]:

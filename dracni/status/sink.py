@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import orjson
 

@@ -167,9 +167,13 @@ class FakeKubelet:
                 raise _Unreachable(f"GetInfo at {socket_path}: {exc.code().name}: {exc.details()}") from None
 
             error = self._validate(info)
-            if error is None and info.name in self.plugins and self.plugins[info.name].endpoint == info.endpoint:
-                if self.plugins[info.name].registration_socket != socket_path:
-                    error = f"endpoint {info.endpoint} already registered for DRA driver plugin {info.name}"
+            if (
+                error is None
+                and info.name in self.plugins
+                and self.plugins[info.name].endpoint == info.endpoint
+                and self.plugins[info.name].registration_socket != socket_path
+            ):
+                error = f"endpoint {info.endpoint} already registered for DRA driver plugin {info.name}"
             self.attempts.append((socket_path, error))
             if error is not None:
                 self._notify(client, False, f"RegisterPlugin error -- plugin validation failed with err: {error}")

@@ -38,18 +38,31 @@ def pod_uid() -> str:
 
 
 def macvlan(lab: Lab, subnet: str = "10.10.1.0/24", master: str = "eth1", **extra) -> dict:
-    return {"type": "macvlan", "master": master, "mode": "bridge",
-            "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]], "dataDir": str(lab.ipam_dir)}, **extra}
+    return {
+        "type": "macvlan",
+        "master": master,
+        "mode": "bridge",
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]], "dataDir": str(lab.ipam_dir)},
+        **extra,
+    }
 
 
-def one_device_claim(name: str, pod_uid: str, plugins: list[dict], *, if_name: str | None = None,
-                     device: str = "eth1", cni_version: str = "1.0.0", network: str | None = None,
-                     **params_extra) -> dict:
+def one_device_claim(
+    name: str,
+    pod_uid: str,
+    plugins: list[dict],
+    *,
+    if_name: str | None = None,
+    device: str = "eth1",
+    cni_version: str = "1.0.0",
+    network: str | None = None,
+    **params_extra,
+) -> dict:
     """A claim whose one device runs ``plugins`` as the conflist ``network`` (default: the claim's name)."""
-    params = attachment_params(plugins, name=network or name, if_name=if_name, cni_version=cni_version,
-                               **params_extra)
-    return claim_manifest(name, pod_uid=pod_uid,
-                          devices=[{"request": "net", "pool": "node1", "device": device, "params": params}])
+    params = attachment_params(plugins, name=network or name, if_name=if_name, cni_version=cni_version, **params_extra)
+    return claim_manifest(
+        name, pod_uid=pod_uid, devices=[{"request": "net", "pool": "node1", "device": device, "params": params}]
+    )
 
 
 def addresses(links: dict, name: str) -> list[str]:

@@ -56,16 +56,31 @@ class ServiceProcess:
     def start(self, wait_ready: bool = True) -> None:
         if self.proc is not None and self.proc.poll() is None:
             raise AssertionError(f"the service (pid {self.proc.pid}) is already running")
-        cmd = [str(DRACNI_BINARY), "kubelet-plugin", f"--driver={DRIVER}", f"--node-name={NODE}",
-               f"--kubeconfig={self.kubeconfig}", f"--state-dir={self.lab.state_dir}",
-               f"--registry-dir={self.registry_dir}", f"--plugins-dir={self.plugins_dir}",
-               f"--health-address=127.0.0.1:{self.health_port}", f"--nic-netns={self.lab.host.path}",
-               "--log-level=debug",
-               # The lab's NIC stand-ins are veths, which a node's defaults rightly exclude.
-               "--nic-include=eth1", "--nic-include=eth2", "--nic-include=eth9"]
+        cmd = [
+            str(DRACNI_BINARY),
+            "kubelet-plugin",
+            f"--driver={DRIVER}",
+            f"--node-name={NODE}",
+            f"--kubeconfig={self.kubeconfig}",
+            f"--state-dir={self.lab.state_dir}",
+            f"--registry-dir={self.registry_dir}",
+            f"--plugins-dir={self.plugins_dir}",
+            f"--health-address=127.0.0.1:{self.health_port}",
+            f"--nic-netns={self.lab.host.path}",
+            "--log-level=debug",
+            # The lab's NIC stand-ins are veths, which a node's defaults rightly exclude.
+            "--nic-include=eth1",
+            "--nic-include=eth2",
+            "--nic-include=eth9",
+        ]
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, process_group=0,
-                                         env={k: v for k, v in os.environ.items() if not k.startswith("KUBE")})
+            self.proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=log,
+                process_group=0,
+                env={k: v for k, v in os.environ.items() if not k.startswith("KUBE")},
+            )
         if wait_ready:
             try:
                 self.wait_ready()
@@ -142,30 +157,54 @@ class ServiceProcess:
             raise AssertionError(f"the service left processes running (killed): {self.leftovers}")
 
 
-def macvlan_params(lab: Lab, *, subnet: str = "10.10.1.0/24", master: str = "eth1", if_name: str | None = None,
-                   network: str = "mv") -> dict:
-    plugin = {"type": "macvlan", "master": master, "mode": "bridge",
-              "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]], "dataDir": str(lab.ipam_dir)}}
+def macvlan_params(
+    lab: Lab, *, subnet: str = "10.10.1.0/24", master: str = "eth1", if_name: str | None = None, network: str = "mv"
+) -> dict:
+    plugin = {
+        "type": "macvlan",
+        "master": master,
+        "mode": "bridge",
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]], "dataDir": str(lab.ipam_dir)},
+    }
     return attachment_params([plugin], name=network, if_name=if_name)
 
 
-def create_allocated_claim(api: FakeApiServer, name: str, pod_uid: str, params: dict, *, device: str = "eth1",
-                           namespace: str = "default", pod_name: str = "demo",
-                           annotations: dict | None = None) -> dict:
+def create_allocated_claim(
+    api: FakeApiServer,
+    name: str,
+    pod_uid: str,
+    params: dict,
+    *,
+    device: str = "eth1",
+    namespace: str = "default",
+    pod_name: str = "demo",
+    annotations: dict | None = None,
+) -> dict:
     """A claim as a user writes it, then allocated and reserved as the scheduler does."""
     opaque = {"driver": DRIVER, "parameters": params}
-    api.create_claim({
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace, **({"annotations": annotations} if annotations else {})},
-        "spec": {"devices": {"requests": [{"name": "net", "exactly": {"deviceClassName": DRIVER}}],
-                             "config": [{"requests": ["net"], "opaque": opaque}]}},
-    })
-    allocation = {"devices": {"results": [{"request": "net", "driver": DRIVER, "pool": NODE, "device": device}],
-                              "config": [{"source": "FromClaim", "requests": ["net"], "opaque": opaque}]},
-                  "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                      {"key": "metadata.name", "operator": "In", "values": [NODE]}]}]}}
-    api.set_claim_allocation(namespace, name, allocation,
-                             [{"resource": "pods", "name": pod_name, "uid": pod_uid}])
+    api.create_claim(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace, **({"annotations": annotations} if annotations else {})},
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "net", "exactly": {"deviceClassName": DRIVER}}],
+                    "config": [{"requests": ["net"], "opaque": opaque}],
+                }
+            },
+        }
+    )
+    allocation = {
+        "devices": {
+            "results": [{"request": "net", "driver": DRIVER, "pool": NODE, "device": device}],
+            "config": [{"source": "FromClaim", "requests": ["net"], "opaque": opaque}],
+        },
+        "nodeSelector": {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}]
+        },
+    }
+    api.set_claim_allocation(namespace, name, allocation, [{"resource": "pods", "name": pod_name, "uid": pod_uid}])
     return api.get_claim(namespace, name)
 
 
@@ -199,5 +238,17 @@ def dump(obj) -> str:
     return json.dumps(obj, indent=2)
 
 
-__all__ = ["DRIVER", "NODE", "FakeApiServer", "FakeKubelet", "ServiceProcess", "claim_ref", "create_allocated_claim",
-           "macvlan_params", "our_status", "wait_for", "new_pod_uid", "dump"]
+__all__ = [
+    "DRIVER",
+    "NODE",
+    "FakeApiServer",
+    "FakeKubelet",
+    "ServiceProcess",
+    "claim_ref",
+    "create_allocated_claim",
+    "macvlan_params",
+    "our_status",
+    "wait_for",
+    "new_pod_uid",
+    "dump",
+]

@@ -9,8 +9,14 @@ import shutil
 import pytest
 
 from tests.harness import container_id_for, ip, run
-from tests.integration.conftest import (addresses, assert_records_match_schema, ipam_reservations, macvlan,
-                                       one_device_claim, result_of)
+from tests.integration.conftest import (
+    addresses,
+    assert_records_match_schema,
+    ipam_reservations,
+    macvlan,
+    one_device_claim,
+    result_of,
+)
 
 
 def test_macvlan_claim_add_check_del(lab, pod_uid):
@@ -83,8 +89,12 @@ def test_ipvlan_claim(lab, pod_uid):
         pytest.skip(f"this kernel has no ipvlan support: {probe.stderr.decode().strip()}")
     ip("link", "del", "ipvprobe", netns=lab.host.name)
     lab.write_conflist()
-    ipvlan = {"type": "ipvlan", "master": "eth1", "mode": "l2",
-              "ipam": {"type": "host-local", "subnet": "10.20.0.0/24", "dataDir": str(lab.ipam_dir)}}
+    ipvlan = {
+        "type": "ipvlan",
+        "master": "eth1",
+        "mode": "l2",
+        "ipam": {"type": "host-local", "subnet": "10.20.0.0/24", "dataDir": str(lab.ipam_dir)},
+    }
     lab.prepare(one_device_claim("ipv", pod_uid, [ipvlan]))
     pod = lab.pod()
     lab.cnitool("add", pod, pod_uid=pod_uid)
@@ -95,8 +105,12 @@ def test_ipvlan_claim(lab, pod_uid):
 
 def test_bridge_claim(lab, pod_uid):
     lab.write_conflist()
-    bridge = {"type": "bridge", "bridge": "br-claims", "isGateway": True,
-              "ipam": {"type": "host-local", "subnet": "10.30.0.0/24", "dataDir": str(lab.ipam_dir)}}
+    bridge = {
+        "type": "bridge",
+        "bridge": "br-claims",
+        "isGateway": True,
+        "ipam": {"type": "host-local", "subnet": "10.30.0.0/24", "dataDir": str(lab.ipam_dir)},
+    }
     lab.prepare(one_device_claim("br", pod_uid, [bridge]))
     pod = lab.pod()
     lab.cnitool("add", pod, pod_uid=pod_uid)
@@ -122,8 +136,12 @@ def test_host_device_claim_moves_the_nic_in_and_back(lab, pod_uid):
 def test_static_ipam_with_tuning_in_the_claim_chain(lab, pod_uid):
     lab.write_conflist()
     plugins = [
-        {"type": "macvlan", "master": "eth1", "mode": "bridge",
-         "ipam": {"type": "static", "addresses": [{"address": "192.168.50.5/24", "gateway": "192.168.50.1"}]}},
+        {
+            "type": "macvlan",
+            "master": "eth1",
+            "mode": "bridge",
+            "ipam": {"type": "static", "addresses": [{"address": "192.168.50.5/24", "gateway": "192.168.50.1"}]},
+        },
         {"type": "tuning", "mtu": 1280, "mac": "02:00:00:00:50:05", "sysctl": {"net.ipv4.conf.net1.arp_notify": "1"}},
     ]
     lab.prepare(one_device_claim("st", pod_uid, plugins))
@@ -139,10 +157,12 @@ def test_static_ipam_with_tuning_in_the_claim_chain(lab, pod_uid):
 
 def test_two_claims_on_one_pod_get_net1_and_net2(lab, pod_uid):
     lab.write_conflist()
-    bridge = {"type": "bridge", "bridge": "br-b",
-              "ipam": {"type": "host-local", "subnet": "10.31.0.0/24", "dataDir": str(lab.ipam_dir)}}
-    lab.prepare(one_device_claim("a-macvlan", pod_uid, [macvlan(lab)]),
-                one_device_claim("b-bridge", pod_uid, [bridge]))
+    bridge = {
+        "type": "bridge",
+        "bridge": "br-b",
+        "ipam": {"type": "host-local", "subnet": "10.31.0.0/24", "dataDir": str(lab.ipam_dir)},
+    }
+    lab.prepare(one_device_claim("a-macvlan", pod_uid, [macvlan(lab)]), one_device_claim("b-bridge", pod_uid, [bridge]))
     pod = lab.pod()
     lab.cnitool("add", pod, pod_uid=pod_uid)
     links = pod.links()
@@ -154,8 +174,10 @@ def test_two_claims_on_one_pod_get_net1_and_net2(lab, pod_uid):
 
 def test_failing_second_claim_rolls_back_the_first(lab, pod_uid):
     lab.write_conflist()
-    lab.prepare(one_device_claim("a-good", pod_uid, [macvlan(lab)]),
-                one_device_claim("b-bad", pod_uid, [macvlan(lab, subnet="10.11.0.0/24", master="nosuchnic")]))
+    lab.prepare(
+        one_device_claim("a-good", pod_uid, [macvlan(lab)]),
+        one_device_claim("b-bad", pod_uid, [macvlan(lab, subnet="10.11.0.0/24", master="nosuchnic")]),
+    )
     pod = lab.pod()
 
     proc = lab.cnitool("add", pod, pod_uid=pod_uid, check=False)
@@ -251,8 +273,13 @@ def test_gc_releases_stale_attachments_and_forwards_to_1_1_delegates(lab):
     live_cid = container_id_for(pods["live"].path)
     record_file.write_text("")
 
-    gc_conf = {"cniVersion": "1.1.0", "name": "podnet", "type": "dracni", "stateDir": str(lab.state_dir),
-               "cni.dev/valid-attachments": [{"containerID": live_cid, "ifname": "eth0"}]}
+    gc_conf = {
+        "cniVersion": "1.1.0",
+        "name": "podnet",
+        "type": "dracni",
+        "stateDir": str(lab.state_dir),
+        "cni.dev/valid-attachments": [{"containerID": live_cid, "ifname": "eth0"}],
+    }
     proc = lab.plugin("GC", gc_conf)
 
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -309,24 +336,31 @@ def _noop_call(debug_file) -> tuple[str, dict, dict]:
 
 def test_delegates_receive_exactly_what_the_spec_says(lab, pod_uid):
     lab.write_conflist()
-    first_result = {"cniVersion": "1.0.0", "interfaces": [{"name": "net1", "mac": "02:00:00:00:00:aa",
-                                                           "sandbox": "/x"}],
-                    "ips": [{"address": "10.60.0.5/24", "interface": 0}], "dns": {}}
+    first_result = {
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "net1", "mac": "02:00:00:00:00:aa", "sandbox": "/x"}],
+        "ips": [{"address": "10.60.0.5/24", "interface": 0}],
+        "dns": {},
+    }
     debug_a, debug_b = lab.tmp / "noop-a.json", lab.tmp / "noop-b.json"
     debug_a.write_text(json.dumps({"ReportResult": json.dumps(first_result)}))
     debug_b.write_text(json.dumps({"ReportResult": "PASSTHROUGH"}))
     plugin_a = {"type": "noop", "debugFile": str(debug_a), "capabilities": {"mac": True}, "custom": {"k": [1, 2]}}
     plugin_b = {"type": "noop", "debugFile": str(debug_b), "cniVersion": "0.3.1"}
     runtime_config = {"mac": "02:00:00:00:00:aa", "bandwidth": {"ingressRate": 1000}}
-    lab.prepare(one_device_claim("noops", pod_uid, [plugin_a, plugin_b], if_name="data0",
-                                 runtimeConfig=runtime_config))
+    lab.prepare(one_device_claim("noops", pod_uid, [plugin_a, plugin_b], if_name="data0", runtimeConfig=runtime_config))
     pod = lab.pod()
 
     lab.cnitool("add", pod, pod_uid=pod_uid)
 
     command, received_a, args_a = _noop_call(debug_a)
     assert command == "ADD"
-    assert received_a == {**plugin_a, "name": "noops", "cniVersion": "1.0.0", "runtimeConfig": {"mac": runtime_config["mac"]}}
+    assert received_a == {
+        **plugin_a,
+        "name": "noops",
+        "cniVersion": "1.0.0",
+        "runtimeConfig": {"mac": runtime_config["mac"]},
+    }
     command, received_b, args_b = _noop_call(debug_b)
     assert command == "ADD"
     # The list's name and version win over the plugin's own; prevResult is the previous delegate's result.
@@ -361,8 +395,10 @@ def test_failing_second_delegate_rolls_back_the_first_in_one_chain(lab, pod_uid)
 
 def test_two_claims_asking_for_one_interface_name_fail_clearly(lab, pod_uid):
     lab.write_conflist()
-    lab.prepare(one_device_claim("a", pod_uid, [macvlan(lab)], if_name="data0"),
-                one_device_claim("b", pod_uid, [macvlan(lab, subnet="10.12.0.0/24")], if_name="data0"))
+    lab.prepare(
+        one_device_claim("a", pod_uid, [macvlan(lab)], if_name="data0"),
+        one_device_claim("b", pod_uid, [macvlan(lab, subnet="10.12.0.0/24")], if_name="data0"),
+    )
     pod = lab.pod()
     proc = lab.cnitool("add", pod, pod_uid=pod_uid, check=False)
     assert proc.returncode != 0
@@ -378,12 +414,16 @@ def test_concurrent_add_and_del_of_different_pods(lab):
 
     lab.write_conflist()
     uids = [str(uuid.uuid4()) for _ in range(6)]
-    lab.prepare(*[one_device_claim(f"claim-{i}", uid, [macvlan(lab, subnet="10.70.0.0/24")], network="shared")
-                  for i, uid in enumerate(uids)])
+    lab.prepare(
+        *[
+            one_device_claim(f"claim-{i}", uid, [macvlan(lab, subnet="10.70.0.0/24")], network="shared")
+            for i, uid in enumerate(uids)
+        ]
+    )
     pods = [lab.pod() for _ in uids]
 
     with ThreadPoolExecutor(len(pods)) as pool:
-        list(pool.map(lambda pu: lab.cnitool("add", pu[0], pod_uid=pu[1]), zip(pods, uids)))
+        list(pool.map(lambda pu: lab.cnitool("add", pu[0], pod_uid=pu[1]), zip(pods, uids, strict=True)))
 
     got = sorted(addresses(p.links(), "net1")[0] for p in pods)
     assert len(set(got)) == len(pods)
@@ -392,7 +432,7 @@ def test_concurrent_add_and_del_of_different_pods(lab):
     # 6 attachments and 6 outbox records
     assert assert_records_match_schema(lab.state_dir) == 6 + 7 + 6 + 6
     with ThreadPoolExecutor(len(pods)) as pool:
-        list(pool.map(lambda pu: lab.cnitool("del", pu[0], pod_uid=pu[1]), zip(pods, uids)))
+        list(pool.map(lambda pu: lab.cnitool("del", pu[0], pod_uid=pu[1]), zip(pods, uids, strict=True)))
     assert ipam_reservations(lab, "shared") == []
     assert not list((lab.state_dir / "attachments").iterdir())
     outbox = [json.loads(p.read_text()) for p in (lab.state_dir / "outbox").iterdir()]

@@ -18,18 +18,23 @@ from tests.integration.conftest import macvlan, one_device_claim, result_of
 from tests.unit.test_install import ExecLoop, wait_for
 
 BUNDLE = DRACNI_BINARY.resolve().parent
-PRIMARY = {"cniVersion": "1.0.0", "name": "podnet", "plugins": [{"type": "ptp", "ipam": {"type": "host-local",
-                                                                                        "subnet": "10.244.0.0/24"}}]}
-VERSION_OUT = json.dumps({"cniVersion": "1.0.0", "supportedVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]},
-                         separators=(",", ":"))
+PRIMARY = {
+    "cniVersion": "1.0.0",
+    "name": "podnet",
+    "plugins": [{"type": "ptp", "ipam": {"type": "host-local", "subnet": "10.244.0.0/24"}}],
+}
+VERSION_OUT = json.dumps(
+    {"cniVersion": "1.0.0", "supportedVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]}, separators=(",", ":")
+)
 
 
 def dracni(*args: str, exe: Path | str = DRACNI_BINARY, check: bool = True) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CNI_", "DRACNI_"))}
     proc = run([str(exe), *args], check=False, env=env, timeout=120)
     if check and proc.returncode != 0:
-        raise AssertionError(f"dracni {' '.join(args)} failed ({proc.returncode}):\n"
-                             f"{proc.stdout.decode()}\n{proc.stderr.decode()}")
+        raise AssertionError(
+            f"dracni {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout.decode()}\n{proc.stderr.decode()}"
+        )
     return proc
 
 
@@ -58,8 +63,16 @@ def test_frozen_install_exec_reinstall_uninstall(node: Path) -> None:
     primary = node / "net.d" / "10-podnet.conflist"
     primary.write_text(json.dumps(PRIMARY))
     (node / "bin" / "ptp").write_text("#!/bin/sh\n")
-    out = dracni("install", "--bundle-dir", str(BUNDLE), *dirs(node), "--state-dir", "/var/lib/dracni-test",
-                 "--log-level", "info").stdout.decode()
+    out = dracni(
+        "install",
+        "--bundle-dir",
+        str(BUNDLE),
+        *dirs(node),
+        "--state-dir",
+        "/var/lib/dracni-test",
+        "--log-level",
+        "info",
+    ).stdout.decode()
     assert "chains 10-podnet.conflist (written)" in out
 
     link = node / "bin" / "dracni"
@@ -74,8 +87,16 @@ def test_frozen_install_exec_reinstall_uninstall(node: Path) -> None:
     assert chained["plugins"][-1] == {"type": "dracni", "stateDir": "/var/lib/dracni-test", "logLevel": "info"}
 
     mtime, link_ino = ours.stat().st_mtime_ns, os.lstat(link).st_ino
-    out = dracni("install", "--bundle-dir", str(BUNDLE), *dirs(node), "--state-dir", "/var/lib/dracni-test",
-                 "--log-level", "info").stdout.decode()
+    out = dracni(
+        "install",
+        "--bundle-dir",
+        str(BUNDLE),
+        *dirs(node),
+        "--state-dir",
+        "/var/lib/dracni-test",
+        "--log-level",
+        "info",
+    ).stdout.decode()
     assert out.count("(unchanged)") == 2, out
     assert (ours.stat().st_mtime_ns, os.lstat(link).st_ino, os.readlink(link)) == (mtime, link_ino, target)
 
@@ -102,14 +123,19 @@ def test_frozen_default_bundle_dir_is_the_running_bundle_even_through_a_link(nod
 def test_frozen_errors_are_one_line(node: Path) -> None:
     proc = dracni("install", *dirs(node), check=False)
     assert proc.returncode == 1
-    assert proc.stderr.decode().strip() == \
-        f"dracni: no CNI network config in {node / 'net.d'} yet: is the primary CNI installed?"
-    (node / "net.d" / "10-bad.conflist").write_text(json.dumps({"cniVersion": "1.0.0", "name": "n",
-                                                               "plugins": [{"type": "ptp"}, {"type": "dracni"}]}))
+    assert (
+        proc.stderr.decode().strip()
+        == f"dracni: no CNI network config in {node / 'net.d'} yet: is the primary CNI installed?"
+    )
+    (node / "net.d" / "10-bad.conflist").write_text(
+        json.dumps({"cniVersion": "1.0.0", "name": "n", "plugins": [{"type": "ptp"}, {"type": "dracni"}]})
+    )
     proc = dracni("install", *dirs(node), check=False)
     assert proc.returncode == 1
     lines = proc.stderr.decode().strip().splitlines()
-    assert len(lines) == 1 and str(node / "net.d" / "10-bad.conflist") in lines[0] and "already chains dracni" in lines[0]
+    assert (
+        len(lines) == 1 and str(node / "net.d" / "10-bad.conflist") in lines[0] and "already chains dracni" in lines[0]
+    )
     assert sorted(os.listdir(node / "net.d")) == ["10-bad.conflist"]
 
 
@@ -119,8 +145,16 @@ def test_frozen_exec_never_fails_while_installs_switch_versions(node: Path, tmp_
     shutil.copytree(BUNDLE, variant, symlinks=True)
     (variant / "_internal" / "dracni-test-variant").write_text("B\n")
     bundles = [BUNDLE, variant]
-    dracni("install", "--bundle-dir", str(BUNDLE), "--bin-dir", str(node / "bin"), "--conf-dir", str(node / "net.d"),
-           check=False)  # no primary: exit 1, but the bundle is in place
+    dracni(
+        "install",
+        "--bundle-dir",
+        str(BUNDLE),
+        "--bin-dir",
+        str(node / "bin"),
+        "--conf-dir",
+        str(node / "net.d"),
+        check=False,
+    )  # no primary: exit 1, but the bundle is in place
     assert (node / "bin" / "dracni").exists()
     seen = set()
     with ExecLoop(node / "bin" / "dracni", {VERSION_OUT + "\n", VERSION_OUT}, tmp_path) as loop:
@@ -139,8 +173,9 @@ def test_frozen_watch_waits_for_the_primary_and_follows_it(node: Path) -> None:
     net = node / "net.d"
     ours = net / "00-dracni.conflist"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CNI_", "DRACNI_"))}
-    proc = subprocess.Popen([str(DRACNI_BINARY), "install", "--watch", *dirs(node)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [str(DRACNI_BINARY), "install", "--watch", *dirs(node)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         assert proc.stdout.readline().decode().startswith(str(node / "bin" / "dracni"))
         assert proc.stdout.readline().decode().startswith("watching")
@@ -168,11 +203,27 @@ def test_installed_plugin_runs_chained_under_cnitool(tmp_path: Path) -> None:
     lab = Lab(base=tmp_path, nics=("eth1",))
     try:
         (lab.bin_dir / "dracni").unlink()  # the harness's own link: install makes ours
-        primary = {"cniVersion": "1.0.0", "name": "podnet", "plugins": [
-            {"type": "ptp", "ipam": {"type": "host-local", "subnet": "10.244.0.0/24", "dataDir": str(lab.ipam_dir)}}]}
+        primary = {
+            "cniVersion": "1.0.0",
+            "name": "podnet",
+            "plugins": [
+                {"type": "ptp", "ipam": {"type": "host-local", "subnet": "10.244.0.0/24", "dataDir": str(lab.ipam_dir)}}
+            ],
+        }
         (lab.netconf_dir / "10-podnet.conflist").write_text(json.dumps(primary))
-        dracni("install", "--bin-dir", str(lab.bin_dir), "--conf-dir", str(lab.netconf_dir),
-               "--state-dir", str(lab.state_dir), "--log-file", str(lab.log_file), "--log-level", "debug")
+        dracni(
+            "install",
+            "--bin-dir",
+            str(lab.bin_dir),
+            "--conf-dir",
+            str(lab.netconf_dir),
+            "--state-dir",
+            str(lab.state_dir),
+            "--log-file",
+            str(lab.log_file),
+            "--log-level",
+            "debug",
+        )
         assert os.path.islink(lab.bin_dir / "dracni")
         pod_uid = "0b5e3c3e-0000-4000-8000-000000000001"
         lab.prepare(one_device_claim("mv", pod_uid, [macvlan(lab)]))

@@ -33,8 +33,18 @@ import pytest
 
 from dracni.inventory.slices import slice_name
 from tests.fakes.apiserver import FakeApiServer, RequestAttributes
-from tests.integration.service import (DRIVER, NODE, FakeKubelet, ServiceProcess, claim_ref, create_allocated_claim,
-                                       macvlan_params, new_pod_uid, our_status, wait_for)
+from tests.integration.service import (
+    DRIVER,
+    NODE,
+    FakeKubelet,
+    ServiceProcess,
+    claim_ref,
+    create_allocated_claim,
+    macvlan_params,
+    new_pod_uid,
+    our_status,
+    wait_for,
+)
 from tests.unit.test_packaging import DEPLOY, Permission, clusterrole_permissions, load_one
 
 pytestmark = pytest.mark.integration
@@ -61,8 +71,11 @@ class ClusterRoleAuthorizer:
         role = load_one(DEPLOY / "clusterrole.yaml")
         binding = load_one(DEPLOY / "clusterrolebinding.yaml")
         assert binding["roleRef"]["name"] == role["metadata"]["name"]
-        self.users = {f"system:serviceaccount:{s['namespace']}:{s['name']}"
-                      for s in binding["subjects"] if s["kind"] == "ServiceAccount"}
+        self.users = {
+            f"system:serviceaccount:{s['namespace']}:{s['name']}"
+            for s in binding["subjects"]
+            if s["kind"] == "ServiceAccount"
+        }
         self.granted = clusterrole_permissions(role)
         self.api = api
         self.token_node = token_node
@@ -74,8 +87,10 @@ class ClusterRoleAuthorizer:
         """The grant allowing the request, None when RBAC refuses it."""
         if user not in self.users:
             return None
-        for grant in (Permission(group, resource, subresource, verb, None),
-                      Permission(group, resource, subresource, verb, name) if name else None):
+        for grant in (
+            Permission(group, resource, subresource, verb, None),
+            Permission(group, resource, subresource, verb, name) if name else None,
+        ):
             if grant in self.granted:
                 return grant
         return None
@@ -85,8 +100,9 @@ class ClusterRoleAuthorizer:
         with self.lock:
             if grant is None:
                 what = f"{attrs.resource}/{subresource}" if subresource else attrs.resource
-                self.refused.append(f"{attrs.user} {verb} {attrs.group or 'core'}/{what} "
-                                    f"ns={attrs.namespace!r} name={name!r}")
+                self.refused.append(
+                    f"{attrs.user} {verb} {attrs.group or 'core'}/{what} ns={attrs.namespace!r} name={name!r}"
+                )
             else:
                 self.allowed.add(grant)
         return grant is not None
@@ -126,9 +142,17 @@ def api(tmp_path, service_account_user):
 
 
 def our_slice(name: str, devices: list[dict] | None = None) -> dict:
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name},
-            "spec": {"driver": DRIVER, "nodeName": NODE, "devices": devices or [],
-                     "pool": {"name": NODE, "generation": 0, "resourceSliceCount": 1}}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": NODE,
+            "devices": devices or [],
+            "pool": {"name": NODE, "generation": 0, "resourceSliceCount": 1},
+        },
+    }
 
 
 def test_the_service_needs_exactly_the_clusterrole(lab, api):
@@ -164,11 +188,17 @@ def test_the_service_needs_exactly_the_clusterrole(lab, api):
         pod = lab.pod()
         lab.cnitool("add", pod, pod_uid=pod_uid, pod_name="virt-launcher-a")
         wait_for(lambda: our_status(api, claim), 5.0, "status.devices after ADD")
-        wait_for(lambda: (api.get_ipamclaim("default", "vm-a.net1").get("status") or {}).get("ips"), 5.0,
-                 "IPAMClaim status.ips after ADD")
+        wait_for(
+            lambda: (api.get_ipamclaim("default", "vm-a.net1").get("status") or {}).get("ips"),
+            5.0,
+            "IPAMClaim status.ips after ADD",
+        )
         lab.cnitool("del", pod, pod_uid=pod_uid, pod_name="virt-launcher-a")
-        wait_for(lambda: all(e["conditions"][0]["status"] == "False" for e in our_status(api, claim)), 5.0,
-                 "status.devices cleared (or Detached) after DEL")
+        wait_for(
+            lambda: all(e["conditions"][0]["status"] == "False" for e in our_status(api, claim)),
+            5.0,
+            "status.devices cleared (or Detached) after DEL",
+        )
         assert not kubelet.unprepare([claim_ref(claim)])[claim["metadata"]["uid"]].error
 
         api.delete_all_slices(node=NODE)  # what kubelet does when it starts
@@ -182,7 +212,8 @@ def test_the_service_needs_exactly_the_clusterrole(lab, api):
 
     refused_requests = [f"{r.method} {r.path}" for r in api.requests if r.status == 403]
     assert not authorizer.refused and not refused_requests, (
-        f"refused: {authorizer.refused} {refused_requests}\n{service.log()[-4000:]}")
+        f"refused: {authorizer.refused} {refused_requests}\n{service.log()[-4000:]}"
+    )
     unused = authorizer.granted - authorizer.allowed
     assert not unused, f"granted but never used: {sorted(map(str, unused))}"
     assert "is forbidden" not in service.log()
@@ -192,8 +223,9 @@ def test_the_authorizer_refuses_what_rbac_would(api, service_account_user):
     """The emulation itself: subjects, resourceNames, subresources and the node association."""
     authorizer = ClusterRoleAuthorizer(api, token_node=NODE)
 
-    def attrs(verb, resource, subresource="", name="", namespace="", group="resource.k8s.io",
-              user=service_account_user):
+    def attrs(
+        verb, resource, subresource="", name="", namespace="", group="resource.k8s.io", user=service_account_user
+    ):
         return RequestAttributes(user, verb, resource, subresource, namespace, name, group)
 
     assert authorizer(attrs("list", "resourceclaims"))
@@ -203,23 +235,36 @@ def test_the_authorizer_refuses_what_rbac_would(api, service_account_user):
     assert not authorizer(attrs("get", "nodes", name=NODE))  # wrong group
     assert authorizer(attrs("get", "nodes", name=NODE, group=""))
     # The driver subresource is never a request of its own, and its rule is bound to a name.
-    assert authorizer.rbac(service_account_user, "resource.k8s.io", "resourceclaims", "driver",
-                           "associated-node:patch", DRIVER)
-    assert not authorizer.rbac(service_account_user, "resource.k8s.io", "resourceclaims", "driver",
-                               "associated-node:patch", "other.example.com")
-    assert not authorizer.rbac(service_account_user, "resource.k8s.io", "resourceclaims", "driver",
-                               "associated-node:patch", "")
+    assert authorizer.rbac(
+        service_account_user, "resource.k8s.io", "resourceclaims", "driver", "associated-node:patch", DRIVER
+    )
+    assert not authorizer.rbac(
+        service_account_user,
+        "resource.k8s.io",
+        "resourceclaims",
+        "driver",
+        "associated-node:patch",
+        "other.example.com",
+    )
+    assert not authorizer.rbac(
+        service_account_user, "resource.k8s.io", "resourceclaims", "driver", "associated-node:patch", ""
+    )
 
-    params = {"apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachment",
-                  "config": {"cniVersion": "1.0.0", "name": "mv", "plugins": [{"type": "macvlan", "master": "eth1"}]}}
+    params = {
+        "apiVersion": "dracni.io/v1alpha1",
+        "kind": "NetworkAttachment",
+        "config": {"cniVersion": "1.0.0", "name": "mv", "plugins": [{"type": "macvlan", "master": "eth1"}]},
+    }
     create_allocated_claim(api, "here", new_pod_uid(), params)
     assert authorizer(attrs("patch", "resourceclaims", "status", "here", "default"))
     # A claim allocated to another node: only arbitrary-node:patch would do, and it is not granted.
     elsewhere = api.get_claim("default", "here")["status"]["allocation"]
     elsewhere["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] = ["node-b"]
     create_allocated_claim(api, "there", new_pod_uid(), params)
-    api.set_claim_allocation("default", "there", elsewhere,
-                             [{"resource": "pods", "name": "demo", "uid": new_pod_uid()}])
+    api.set_claim_allocation(
+        "default", "there", elsewhere, [{"resource": "pods", "name": "demo", "uid": new_pod_uid()}]
+    )
     assert not authorizer(attrs("patch", "resourceclaims", "status", "there", "default"))
-    assert authorizer.refused[-1].endswith(" arbitrary-node:patch resource.k8s.io/resourceclaims/driver "
-                                           "ns='default' name='dracni.io'"), authorizer.refused
+    assert authorizer.refused[-1].endswith(
+        " arbitrary-node:patch resource.k8s.io/resourceclaims/driver ns='default' name='dracni.io'"
+    ), authorizer.refused

@@ -4,8 +4,18 @@ Debian's plugins in a real netns -> status.devices in the (fake) API server -> D
 from __future__ import annotations
 
 from tests.integration.conftest import prepare_ok
-from tests.integration.service import (DRIVER, NODE, FakeKubelet, claim_ref, create_allocated_claim, dump,
-                                       macvlan_params, new_pod_uid, our_status, wait_for)
+from tests.integration.service import (
+    DRIVER,
+    NODE,
+    FakeKubelet,
+    claim_ref,
+    create_allocated_claim,
+    dump,
+    macvlan_params,
+    new_pod_uid,
+    our_status,
+    wait_for,
+)
 
 
 def test_prepare_add_status_del(lab, api, service, kubelet):
@@ -26,8 +36,9 @@ def test_prepare_add_status_del(lab, api, service, kubelet):
     assert entry["conditions"][0]["type"] == "Ready" and entry["conditions"][0]["status"] == "True"
     assert entry["data"]["ips"][0]["address"] == "10.10.1.2/24"
     applies = api.requests_to("PATCH", "/resourceclaims/mv/status")
-    assert applies and all(r.content_type.startswith("application/apply-patch") and r.field_manager == DRIVER
-                           for r in applies)
+    assert applies and all(
+        r.content_type.startswith("application/apply-patch") and r.field_manager == DRIVER for r in applies
+    )
 
     lab.cnitool("del", pod, pod_uid=pod_uid)
     wait_for(lambda: not our_status(api, claim), 1.0, "our status.devices entries to be cleared after DEL")
@@ -46,7 +57,8 @@ def test_other_drivers_entries_survive_our_publishes(lab, api, service, kubelet)
     wait_for(lambda: not our_status(api, claim), 1.0, "status cleared")
     # Only server-side apply (never a merge patch, which replaces the whole list) was used.
     assert not api.requests_to("PATCH", "/status") or all(
-        r.content_type.startswith("application/apply-patch") for r in api.requests_to("PATCH", "/status"))
+        r.content_type.startswith("application/apply-patch") for r in api.requests_to("PATCH", "/status")
+    )
 
 
 def test_failed_add_reports_ready_false_with_the_cni_error(lab, api, service, kubelet):
@@ -124,9 +136,14 @@ def test_kubelet_restart_replays_prepare_idempotently(lab, api, service, kubelet
 
 def test_prepare_errors_name_what_to_fix(lab, api, service, kubelet):
     good = create_allocated_claim(api, "good", new_pod_uid(), macvlan_params(lab))
-    api.create_claim({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                      "metadata": {"name": "unallocated", "namespace": "default"},
-                      "spec": {"devices": {"requests": [{"name": "net", "exactly": {"deviceClassName": DRIVER}}]}}})
+    api.create_claim(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "unallocated", "namespace": "default"},
+            "spec": {"devices": {"requests": [{"name": "net", "exactly": {"deviceClassName": DRIVER}}]}},
+        }
+    )
     unallocated = api.get_claim("default", "unallocated")
     refs = [claim_ref(good), claim_ref(unallocated), ("default", "0000-missing", "missing")]
     responses = kubelet.prepare(refs)

@@ -124,8 +124,13 @@ def test_ready_only_once_kubelet_registered_the_plugin(lab, api):
         service.close()
 
 
-STATES = ["before registration", "API server gone mid-watch", "API server hung mid-watch",
-          "starting, API server hung", "just started"]
+STATES = [
+    "before registration",
+    "API server gone mid-watch",
+    "API server hung mid-watch",
+    "starting, API server hung",
+    "just started",
+]
 
 
 @pytest.mark.parametrize("state", STATES)
@@ -158,6 +163,8 @@ def test_sigterm_ends_the_service_within_5s(lab, api, proxy, tmp_path, state):
 
     assert elapsed < EXIT_WITHIN, f"{state}: exited {elapsed:.1f} s after SIGTERM\n{service.log()[-3000:]}"
     expected = {0, -signal.SIGTERM} if state == "just started" else {0}  # before its handler: SIGTERM's default
-    assert service.proc.returncode in expected, f"{state}: exit status {service.proc.returncode}\n{service.log()[-3000:]}"
+    assert service.proc.returncode in expected, (
+        f"{state}: exit status {service.proc.returncode}\n{service.log()[-3000:]}"
+    )
     assert service.leftovers == [], f"{state}: left running: {service.leftovers}"
     assert sockets == [], f"{state}: sockets left: {sockets}"

@@ -12,20 +12,35 @@ import json
 import pytest
 
 from tests.integration.conftest import prepare_ok
-from tests.integration.service import (DRIVER, FakeKubelet, claim_ref, create_allocated_claim, macvlan_params,
-                                       new_pod_uid, our_status, wait_for)
+from tests.integration.service import (
+    DRIVER,
+    FakeKubelet,
+    claim_ref,
+    create_allocated_claim,
+    macvlan_params,
+    new_pod_uid,
+    our_status,
+    wait_for,
+)
 
 
 def reserve_for(api, claim: dict, pod_uid: str, pod_name: str) -> dict:
     """The scheduler reserves the (still allocated) claim for the next pod."""
-    api.set_claim_allocation("default", claim["metadata"]["name"], claim["status"]["allocation"],
-                             [{"resource": "pods", "name": pod_name, "uid": pod_uid}])
+    api.set_claim_allocation(
+        "default",
+        claim["metadata"]["name"],
+        claim["status"]["allocation"],
+        [{"resource": "pods", "name": pod_name, "uid": pod_uid}],
+    )
     return api.get_claim("default", claim["metadata"]["name"])
 
 
 def ready_entry(api, claim: dict) -> dict:
-    entries, _ = wait_for(lambda: [e for e in our_status(api, claim) if e["conditions"][0]["status"] == "True"],
-                          2.0, "Ready=True status entry")
+    entries, _ = wait_for(
+        lambda: [e for e in our_status(api, claim) if e["conditions"][0]["status"] == "True"],
+        2.0,
+        "Ready=True status entry",
+    )
     return entries[0]
 
 
@@ -61,16 +76,20 @@ def test_without_pinning_host_local_moves_on(lab, api, service, kubelet):
 
 @pytest.mark.parametrize("restart_service", [False, True])
 def test_status_based_pinning_gives_the_next_pod_the_same_address(lab, api, service, kubelet, restart_service):
-    claim = create_allocated_claim(api, "sticky", new_pod_uid(), macvlan_params(lab, network="sticky") |
-                                   {"persistentIPs": True})
+    claim = create_allocated_claim(
+        api, "sticky", new_pod_uid(), macvlan_params(lab, network="sticky") | {"persistentIPs": True}
+    )
     uid_a, uid_b = new_pod_uid(), new_pod_uid()
     claim, pod_a = run_pod(lab, api, kubelet, claim, uid_a, "pod-a")
     address = net1_address(pod_a)
     assert ready_entry(api, claim)["networkData"]["ips"] == [address]
 
     stop_pod(lab, api, kubelet, claim, pod_a, uid_a, "pod-a")
-    entries, _ = wait_for(lambda: [e for e in our_status(api, claim) if e["conditions"][0]["reason"] == "Detached"],
-                          2.0, "Detached entry keeping the address")
+    entries, _ = wait_for(
+        lambda: [e for e in our_status(api, claim) if e["conditions"][0]["reason"] == "Detached"],
+        2.0,
+        "Detached entry keeping the address",
+    )
     assert entries[0]["conditions"][0]["status"] == "False"
     assert entries[0]["networkData"]["ips"] == [address]
     if restart_service:
@@ -97,8 +116,13 @@ def test_ipamclaim_based_pinning(lab, api, service, kubelet, restart_service):
     claim, pod_a = run_pod(lab, api, kubelet, claim, uid_a, "virt-launcher-a")
     address = net1_address(pod_a)
 
-    ipamclaim, _ = wait_for(lambda: (lambda o: o if (o.get("status") or {}).get("ips") else None)(
-        api.get_ipamclaim("default", "vm-a.net1")), 2.0, "IPAMClaim status.ips")
+    ipamclaim, _ = wait_for(
+        lambda: (lambda o: o if (o.get("status") or {}).get("ips") else None)(
+            api.get_ipamclaim("default", "vm-a.net1")
+        ),
+        2.0,
+        "IPAMClaim status.ips",
+    )
     assert ipamclaim["status"]["ips"] == [address]
     assert ipamclaim["status"]["ownerPod"] == {"name": "virt-launcher-a"}
     assert any(c["status"] == "True" for c in ipamclaim["status"]["conditions"])
@@ -113,8 +137,11 @@ def test_ipamclaim_based_pinning(lab, api, service, kubelet, restart_service):
     claim, pod_b = run_pod(lab, api, kubelet, claim, uid_b, "virt-launcher-b")
 
     assert net1_address(pod_b) == address
-    wait_for(lambda: api.get_ipamclaim("default", "vm-a.net1")["status"]["ownerPod"] == {"name": "virt-launcher-b"},
-             2.0, "IPAMClaim ownerPod updated")
+    wait_for(
+        lambda: api.get_ipamclaim("default", "vm-a.net1")["status"]["ownerPod"] == {"name": "virt-launcher-b"},
+        2.0,
+        "IPAMClaim ownerPod updated",
+    )
     if restart_service:
         kubelet.close()
 
@@ -141,13 +168,24 @@ def test_conflicting_ipamclaim_fails_clearly_with_ready_false(lab, api, service,
 def test_ipam_handing_out_another_address_is_refused(lab, api, service, kubelet):
     """A delegate whose IPAM ignores the request: dracni refuses, never a different address silently."""
     debug = lab.tmp / "noop.json"
-    result = {"cniVersion": "1.0.0", "interfaces": [{"name": "net1", "sandbox": "/x"}],
-              "ips": [{"address": "10.10.1.77/24", "interface": 0}], "dns": {}}
+    result = {
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "net1", "sandbox": "/x"}],
+        "ips": [{"address": "10.10.1.77/24", "interface": 0}],
+        "dns": {},
+    }
     debug.write_text(json.dumps({"ReportResult": json.dumps(result)}))
     api.create_ipamclaim("default", "vm-c.net1", network="noops", ips=["10.10.1.5/24"])
-    params = {"apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachment", "ipamClaim": "vm-c.net1",
-              "config": {"cniVersion": "1.0.0", "name": "noops", "plugins": [{"type": "noop", "debugFile": str(debug),
-                                                                  "capabilities": {"ips": True}}]}}
+    params = {
+        "apiVersion": "dracni.io/v1alpha1",
+        "kind": "NetworkAttachment",
+        "ipamClaim": "vm-c.net1",
+        "config": {
+            "cniVersion": "1.0.0",
+            "name": "noops",
+            "plugins": [{"type": "noop", "debugFile": str(debug), "capabilities": {"ips": True}}],
+        },
+    }
     claim = create_allocated_claim(api, "vm-c", new_pod_uid(), params)
     uid = new_pod_uid()
     claim = reserve_for(api, claim, uid, "pod-c")
@@ -173,16 +211,24 @@ def test_missing_ipamclaim_is_a_clear_prepare_error(lab, api, service, kubelet):
 
 def test_template_generated_claim_never_pins(lab, api, service, kubelet):
     # What the resourceclaim controller sets on a claim it generates from a pod's template.
-    claim = create_allocated_claim(api, "pod-x-net", new_pod_uid(), macvlan_params(lab) | {"persistentIPs": True},
-                                   annotations={"resource.kubernetes.io/pod-claim-name": "net"})
+    claim = create_allocated_claim(
+        api,
+        "pod-x-net",
+        new_pod_uid(),
+        macvlan_params(lab) | {"persistentIPs": True},
+        annotations={"resource.kubernetes.io/pod-claim-name": "net"},
+    )
     uid_a, uid_b = new_pod_uid(), new_pod_uid()
     claim, pod_a = run_pod(lab, api, kubelet, claim, uid_a, "pod-x")
     first = net1_address(pod_a)
     ready_entry(api, claim)
     stop_pod(lab, api, kubelet, claim, pod_a, uid_a, "pod-x")
     wait_for(lambda: not our_status(api, claim), 2.0, "entry cleared (no Detached entry) after DEL")
-    prepared = json.loads((lab.state_dir / "claims" / f"{claim['metadata']['uid']}.json").read_text()) \
-        if (lab.state_dir / "claims" / f"{claim['metadata']['uid']}.json").exists() else None
+    prepared = (
+        json.loads((lab.state_dir / "claims" / f"{claim['metadata']['uid']}.json").read_text())
+        if (lab.state_dir / "claims" / f"{claim['metadata']['uid']}.json").exists()
+        else None
+    )
     assert prepared is None  # unprepared
     claim, pod_b = run_pod(lab, api, kubelet, claim, uid_b, "pod-y")
     record = json.loads((lab.state_dir / "claims" / f"{claim['metadata']['uid']}.json").read_text())

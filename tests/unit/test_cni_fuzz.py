@@ -26,8 +26,8 @@ import subprocess
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import event as _hypothesis_event
-from hypothesis.errors import InvalidArgument
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
 
 from dracni.cni import main as cni_main
 from dracni.cni.log import log
@@ -38,15 +38,22 @@ SUPPORTED = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 COMMANDS = ["ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION"]
 SILENT_ON_SUCCESS = {"DEL", "CHECK", "GC", "STATUS"}
 BINARY = str(DRACNI_BINARY)  # DRACNI_BINARY from the environment, else the bundle in this checkout
-K8S_ARGS = ("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;"
-            "K8S_POD_INFRA_CONTAINER_ID=c0ffee;K8S_POD_UID=pod-uid-1")
+K8S_ARGS = (
+    "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;"
+    "K8S_POD_INFRA_CONTAINER_ID=c0ffee;K8S_POD_UID=pod-uid-1"
+)
 
 IN_PROCESS_EXAMPLES = 1000
 BINARY_EXAMPLES = 150
 REGRESSION_EXAMPLES = 100
 
-_HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
-           HealthCheck.function_scoped_fixture, HealthCheck.large_base_example]
+_HEALTH = [
+    HealthCheck.too_slow,
+    HealthCheck.data_too_large,
+    HealthCheck.filter_too_much,
+    HealthCheck.function_scoped_fixture,
+    HealthCheck.large_base_example,
+]
 
 
 # -- the sandbox -------------------------------------------------------------------------------------
@@ -93,9 +100,17 @@ def _cni_args():
     return st.one_of(
         st.just(K8S_ARGS),
         st.just(""),
-        st.sampled_from(["K8S_POD_UID", "=x", "a=1;;b", "IgnoreUnknown=1;K8S_POD_UID=../../etc",
-                         "K8S_POD_UID=" + "u" * 300, "K8S_POD_NAMESPACE=a/b;K8S_POD_NAME=..",
-                         "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=n"]),
+        st.sampled_from(
+            [
+                "K8S_POD_UID",
+                "=x",
+                "a=1;;b",
+                "IgnoreUnknown=1;K8S_POD_UID=../../etc",
+                "K8S_POD_UID=" + "u" * 300,
+                "K8S_POD_NAMESPACE=a/b;K8S_POD_NAME=..",
+                "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=n",
+            ]
+        ),
         st.lists(pair, max_size=4).map(lambda kvs: ";".join(f"{k}={v}" for k, v in kvs)),
         _env_text,
     )
@@ -115,14 +130,29 @@ def envs(draw, box: Sandbox, require_command: bool = False):
         env["CNI_COMMAND"] = command
     per_container = draw(st.booleans()) or command not in ("GC", "STATUS")
     choices = {
-        "CNI_CONTAINERID": st.one_of(st.sampled_from(["c0ffee", "abc-DEF_1.2", "", "-x", "a/b", "a b", "ä"]),
-                                     st.from_regex(r"\A[a-zA-Z0-9][a-zA-Z0-9_.\-]{0,40}\Z"), _env_text),
+        "CNI_CONTAINERID": st.one_of(
+            st.sampled_from(["c0ffee", "abc-DEF_1.2", "", "-x", "a/b", "a b", "ä"]),
+            st.from_regex(r"\A[a-zA-Z0-9][a-zA-Z0-9_.\-]{0,40}\Z"),
+            _env_text,
+        ),
         "CNI_NETNS": st.one_of(st.sampled_from(["/var/run/netns/fuzz", "", "/proc/1/ns/net"]), _env_text),
-        "CNI_IFNAME": st.one_of(st.sampled_from(["eth0", "net1", "", ".", "..", "a/b", "a:b", "a b", "x" * 15,
-                                                 "x" * 16, "é" * 8, "eth0\t"]), _env_text),
+        "CNI_IFNAME": st.one_of(
+            st.sampled_from(
+                ["eth0", "net1", "", ".", "..", "a/b", "a:b", "a b", "x" * 15, "x" * 16, "é" * 8, "eth0\t"]
+            ),
+            _env_text,
+        ),
         "CNI_ARGS": _cni_args(),
-        "CNI_PATH": st.sampled_from([box.cni_path, box.cni_path + ":" + box.cni_path2, "", ":",
-                                     box.cni_path + "::", os.path.join(box.root, "missing-dir")]),
+        "CNI_PATH": st.sampled_from(
+            [
+                box.cni_path,
+                box.cni_path + ":" + box.cni_path2,
+                "",
+                ":",
+                box.cni_path + "::",
+                os.path.join(box.root, "missing-dir"),
+            ]
+        ),
     }
     for var, strat in choices.items():
         if var == "CNI_PATH" or per_container:
@@ -136,10 +166,14 @@ def envs(draw, box: Sandbox, require_command: bool = False):
 
 
 def _json_values(text=st.text(max_size=16)):
-    scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
-                        text)
-    return st.recursive(scalars, lambda children: st.one_of(
-        st.lists(children, max_size=4), st.dictionaries(st.text(max_size=8), children, max_size=4)), max_leaves=12)
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), text)
+    return st.recursive(
+        scalars,
+        lambda children: st.one_of(
+            st.lists(children, max_size=4), st.dictionaries(st.text(max_size=8), children, max_size=4)
+        ),
+        max_leaves=12,
+    )
 
 
 _ip4 = st.tuples(*[st.integers(0, 255)] * 4).map(lambda t: "%d.%d.%d.%d/24" % t)
@@ -149,13 +183,23 @@ _ip6 = st.integers(0, 0xFFFF).map(lambda n: "fd00::%x/64" % n)
 @st.composite
 def results(draw, version=None):
     version = version or draw(st.sampled_from(SUPPORTED))
-    ips = draw(st.lists(st.fixed_dictionaries({"address": st.one_of(_ip4, _ip6)},
-                                              optional={"interface": st.integers(0, 2),
-                                                        "gateway": st.just("10.0.0.1")}), max_size=3))
+    ips = draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {"address": st.one_of(_ip4, _ip6)},
+                optional={"interface": st.integers(0, 2), "gateway": st.just("10.0.0.1")},
+            ),
+            max_size=3,
+        )
+    )
     if version < "1.0.0":
         ips = [dict(ip, version="6" if ":" in ip["address"] else "4") for ip in ips]
-    res = {"cniVersion": version, "interfaces": [{"name": "eth0", "sandbox": "/var/run/netns/fuzz"}], "ips": ips,
-           "dns": {}}
+    res = {
+        "cniVersion": version,
+        "interfaces": [{"name": "eth0", "sandbox": "/var/run/netns/fuzz"}],
+        "ips": ips,
+        "dns": {},
+    }
     if draw(st.booleans()):
         res["routes"] = [{"dst": "0.0.0.0/0"}]
     return res
@@ -163,8 +207,9 @@ def results(draw, version=None):
 
 def _state_dirs(box: Sandbox, hostile: bool):
     """A generated stateDir: inside the sandbox, relative (rejected before use) or not a string."""
-    suffix = st.text(string.ascii_letters + string.digits + "._-/" + ("\x00\udc80\ud800é" if hostile else ""),
-                     max_size=20)
+    suffix = st.text(
+        string.ascii_letters + string.digits + "._-/" + ("\x00\udc80\ud800é" if hostile else ""), max_size=20
+    )
     return st.one_of(
         st.just(box.state),
         suffix.map(lambda s: os.path.join(box.state, s.lstrip("/"))),
@@ -185,8 +230,9 @@ def _log_files(box: Sandbox, hostile: bool):
 
 
 def _gc_lists():
-    entry = st.fixed_dictionaries({"containerID": st.one_of(_safe_name, _json_values()),
-                                   "ifname": st.one_of(st.just("eth0"), _json_values())})
+    entry = st.fixed_dictionaries(
+        {"containerID": st.one_of(_safe_name, _json_values()), "ifname": st.one_of(st.just("eth0"), _json_values())}
+    )
     return st.one_of(st.lists(entry, max_size=3), _json_values())
 
 
@@ -194,15 +240,20 @@ def _gc_lists():
 def configs(draw, box: Sandbox, hostile: bool = False):
     """A valid plugin config, then a few fields replaced by wrong values or dropped."""
     version = draw(st.sampled_from(SUPPORTED))
-    conf = {"cniVersion": version, "name": draw(st.sampled_from(["net", "dracni-net", "k8s-pod-network"])),
-            "type": "dracni",
-            "stateDir": draw(st.sampled_from([box.state] * 6 + [os.path.join(box.regular_file, "state"),
-                                                                 box.regular_file]))}
+    conf = {
+        "cniVersion": version,
+        "name": draw(st.sampled_from(["net", "dracni-net", "k8s-pod-network"])),
+        "type": "dracni",
+        "stateDir": draw(
+            st.sampled_from([box.state] * 6 + [os.path.join(box.regular_file, "state"), box.regular_file])
+        ),
+    }
     if draw(st.booleans()):
         conf["prevResult"] = draw(results(version))
     if draw(st.booleans()):
         conf["cni.dev/valid-attachments" if draw(st.booleans()) else "cni.dev/attachments"] = draw(
-            st.lists(st.fixed_dictionaries({"containerID": _safe_name, "ifname": st.just("eth0")}), max_size=3))
+            st.lists(st.fixed_dictionaries({"containerID": _safe_name, "ifname": st.just("eth0")}), max_size=3)
+        )
     if draw(st.booleans()):
         conf["runtimeConfig"] = {"portMappings": []}
     if draw(st.booleans()):
@@ -269,11 +320,12 @@ def stdins(draw, box: Sandbox, hostile: bool = False):
         return draw(st.binary(max_size=300))
     if kind == "truncated":
         raw = _dump(draw(configs(box, hostile)), draw)
-        return raw[:draw(st.integers(0, max(0, len(raw) - 1)))]
+        return raw[: draw(st.integers(0, max(0, len(raw) - 1)))]
     # a valid config wrapped in something that is not one object
     raw = _dump(draw(configs(box, hostile)), draw)
     return draw(st.sampled_from([b"[%s]", b"%s %s", b"%s,", b"\xef\xbb\xbf%s", b"%s\x00", b"\xff%s"])).replace(
-        b"%s", raw)
+        b"%s", raw
+    )
 
 
 # -- the property ------------------------------------------------------------------------------------
@@ -356,8 +408,9 @@ def test_fuzz_entry_point_in_process(sandbox):
     fuzz()
 
 
-@pytest.mark.skipif(not os.path.isfile(BINARY), reason=f"frozen binary not built: DRACNI_BINARY={BINARY} does not exist"
-                    " (make binary)")
+@pytest.mark.skipif(
+    not os.path.isfile(BINARY), reason=f"frozen binary not built: DRACNI_BINARY={BINARY} does not exist (make binary)"
+)
 def test_fuzz_frozen_binary(sandbox):
     # The binary is the CNI plugin only when CNI_COMMAND is set (else it is the operator CLI),
     # so every generated environment sets it, possibly to an invalid value.
@@ -374,21 +427,34 @@ def test_fuzz_frozen_binary(sandbox):
 
 # -- regressions: NUL bytes and undecodable bytes in paths and the environment --------------------------
 
+
 @st.composite
 def hostile_invocations(draw, box: Sandbox):
     """Mostly valid calls whose paths or per-container values hold NUL or undecodable bytes
     (Python maps non-UTF-8 bytes of the environment to lone surrogates \udc80-\udcff)."""
     command = draw(st.sampled_from(["ADD", "DEL", "CHECK", "GC", "STATUS"]))
     undecodable = st.text("\udc80\udcffé-x", min_size=1, max_size=6)
-    env = {"CNI_COMMAND": command, "CNI_CONTAINERID": "c0ffee", "CNI_NETNS": "/var/run/netns/x",
-           "CNI_IFNAME": draw(st.one_of(st.just("eth0"), undecodable)),
-           "CNI_ARGS": "K8S_POD_UID=" + draw(st.one_of(st.just("pod-1"), undecodable)),
-           "CNI_PATH": box.cni_path}
+    env = {
+        "CNI_COMMAND": command,
+        "CNI_CONTAINERID": "c0ffee",
+        "CNI_NETNS": "/var/run/netns/x",
+        "CNI_IFNAME": draw(st.one_of(st.just("eth0"), undecodable)),
+        "CNI_ARGS": "K8S_POD_UID=" + draw(st.one_of(st.just("pod-1"), undecodable)),
+        "CNI_PATH": box.cni_path,
+    }
     hostile = st.text("\x00\udc80\ud800é-x", min_size=1, max_size=6)
-    conf = {"cniVersion": "1.1.0", "name": "net",
-            "stateDir": draw(st.one_of(st.just(box.state), st.just(os.path.join(box.regular_file, "state")),
-                                       hostile.map(lambda s: os.path.join(box.state, s)),
-                                       hostile.map(lambda s: os.path.join(box.regular_file, s))))}
+    conf = {
+        "cniVersion": "1.1.0",
+        "name": "net",
+        "stateDir": draw(
+            st.one_of(
+                st.just(box.state),
+                st.just(os.path.join(box.regular_file, "state")),
+                hostile.map(lambda s: os.path.join(box.state, s)),
+                hostile.map(lambda s: os.path.join(box.regular_file, s)),
+            )
+        ),
+    }
     if draw(st.booleans()):
         conf["logFile"] = draw(hostile.map(lambda s: os.path.join(box.logs, s)))
     if draw(st.booleans()):
@@ -409,17 +475,39 @@ def test_fuzz_regressions_in_process(sandbox):
     fuzz()
 
 
-@pytest.mark.skipif(not os.path.isfile(BINARY), reason=f"frozen binary not built: DRACNI_BINARY={BINARY} does not exist")
-@pytest.mark.parametrize("env_extra,stdin", [
-    ({"CNI_COMMAND": "GC"}, b'{"cniVersion":"1.1.0","name":"net","stateDir":"%(state)s","logFile":"%(logs)s/a\\u0000b"}'),
-    ({"CNI_COMMAND": "ADD", "CNI_ARGS": "K8S_POD_UID=\udc80"},
-     b'{"cniVersion":"1.1.0","name":"net","stateDir":"%(file)s/state"}'),
-    ({"CNI_COMMAND": "DEL", "CNI_IFNAME": "eth\udcff"}, b'{"cniVersion":"1.1.0","name":"net","stateDir":"%(file)s/x"}'),
-], ids=["logFile-nul", "pod-uid-not-utf8", "ifname-not-utf8"])
+@pytest.mark.skipif(
+    not os.path.isfile(BINARY), reason=f"frozen binary not built: DRACNI_BINARY={BINARY} does not exist"
+)
+@pytest.mark.parametrize(
+    "env_extra,stdin",
+    [
+        (
+            {"CNI_COMMAND": "GC"},
+            b'{"cniVersion":"1.1.0","name":"net","stateDir":"%(state)s","logFile":"%(logs)s/a\\u0000b"}',
+        ),
+        (
+            {"CNI_COMMAND": "ADD", "CNI_ARGS": "K8S_POD_UID=\udc80"},
+            b'{"cniVersion":"1.1.0","name":"net","stateDir":"%(file)s/state"}',
+        ),
+        (
+            {"CNI_COMMAND": "DEL", "CNI_IFNAME": "eth\udcff"},
+            b'{"cniVersion":"1.1.0","name":"net","stateDir":"%(file)s/x"}',
+        ),
+    ],
+    ids=["logFile-nul", "pod-uid-not-utf8", "ifname-not-utf8"],
+)
 def test_regressions_in_frozen_binary(sandbox, env_extra, stdin):
-    env = {"CNI_CONTAINERID": "c0ffee", "CNI_NETNS": "/var/run/netns/x", "CNI_IFNAME": "eth0",
-           "CNI_PATH": sandbox.cni_path, **env_extra}
-    stdin = stdin % {b"state": sandbox.state.encode(), b"logs": sandbox.logs.encode(),
-                     b"file": sandbox.regular_file.encode()}
+    env = {
+        "CNI_CONTAINERID": "c0ffee",
+        "CNI_NETNS": "/var/run/netns/x",
+        "CNI_IFNAME": "eth0",
+        "CNI_PATH": sandbox.cni_path,
+        **env_extra,
+    }
+    stdin = stdin % {
+        b"state": sandbox.state.encode(),
+        b"logs": sandbox.logs.encode(),
+        b"file": sandbox.regular_file.encode(),
+    }
     rc, stdout, stderr = run_binary(sandbox, env, stdin)
     check_outcome(env, rc, stdout, stderr)

@@ -22,8 +22,10 @@ from dracni.state.store import StateDir
 
 SUPPORTED = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 ERROR_KEYS = {"cniVersion", "code", "msg", "details"}
-K8S_ARGS = ("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;"
-            "K8S_POD_INFRA_CONTAINER_ID=c0ffee;K8S_POD_UID=pod-uid-1")
+K8S_ARGS = (
+    "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;"
+    "K8S_POD_INFRA_CONTAINER_ID=c0ffee;K8S_POD_UID=pod-uid-1"
+)
 
 
 def _strict_loads(raw: bytes):
@@ -126,22 +128,46 @@ def cni(tmp_path):
     return CNI(tmp_path)
 
 
-def put_attachment(state_dir: str, *, network="net", container_id="c0ffee", ifname="eth0",
-                   state="ready", delegate_type=None) -> dict:
+def put_attachment(
+    state_dir: str, *, network="net", container_id="c0ffee", ifname="eth0", state="ready", delegate_type=None
+) -> dict:
     devices = []
     if delegate_type is not None:
-        devices.append({
-            "claim": {"uid": "claim-1", "namespace": "default", "name": "nets"},
-            "request": "macvlan", "pool": "node-1", "device": "eth1", "shareID": None,
-            "ifName": "net1", "driver": "dracni.io", "result": None, "error": None,
-            "delegates": [{"type": delegate_type, "cniVersion": "1.0.0", "added": True, "result": None,
-                           "config": {"cniVersion": "1.0.0", "name": "macnet", "type": delegate_type}}],
-        })
+        devices.append(
+            {
+                "claim": {"uid": "claim-1", "namespace": "default", "name": "nets"},
+                "request": "macvlan",
+                "pool": "node-1",
+                "device": "eth1",
+                "shareID": None,
+                "ifName": "net1",
+                "driver": "dracni.io",
+                "result": None,
+                "error": None,
+                "delegates": [
+                    {
+                        "type": delegate_type,
+                        "cniVersion": "1.0.0",
+                        "added": True,
+                        "result": None,
+                        "config": {"cniVersion": "1.0.0", "name": "macnet", "type": delegate_type},
+                    }
+                ],
+            }
+        )
     record = {
-        "kind": "Attachment", "network": network, "containerID": container_id, "ifName": ifname,
-        "netns": "/var/run/netns/test-pod", "cniArgs": K8S_ARGS, "cniVersion": "1.1.0",
+        "kind": "Attachment",
+        "network": network,
+        "containerID": container_id,
+        "ifName": ifname,
+        "netns": "/var/run/netns/test-pod",
+        "cniArgs": K8S_ARGS,
+        "cniVersion": "1.1.0",
         "pod": {"uid": "pod-uid-1", "namespace": "default", "name": "web-0"},
-        "state": state, "error": None, "updatedAt": "2026-01-01T00:00:00Z", "devices": devices,
+        "state": state,
+        "error": None,
+        "updatedAt": "2026-01-01T00:00:00Z",
+        "devices": devices,
     }
     StateDir(state_dir).put_attachment(record)
     return record
@@ -192,26 +218,39 @@ def test_version_with_undecodable_stdin_is_code_6(cni, stdin):
 
 
 PREV_RESULTS = {
-    "0.3.1": {"cniVersion": "0.3.1",
-              "interfaces": [{"name": "eth0", "mac": "0a:58:0a:f4:00:05", "sandbox": "/var/run/netns/test-pod"}],
-              "ips": [{"version": "4", "address": "10.244.0.5/24", "gateway": "10.244.0.1", "interface": 0}],
-              "routes": [{"dst": "0.0.0.0/0"}], "dns": {}},
-    "0.4.0": {"cniVersion": "0.4.0",
-              "interfaces": [{"name": "eth0", "sandbox": "/var/run/netns/test-pod"}],
-              "ips": [{"version": "6", "address": "fd00::5/64", "interface": 0},
-                      {"version": "4", "address": "10.0.0.5/8", "interface": 0}],
-              "dns": {"nameservers": ["10.96.0.10"], "search": ["svc.cluster.local"]}},
-    "1.0.0": {"cniVersion": "1.0.0",
-              "interfaces": [{"name": "eth0", "mac": "0a:58:0a:f4:00:05", "mtu": 1450, "sandbox": "/x"}],
-              "ips": [{"address": "10.244.0.5/24", "gateway": "10.244.0.1", "interface": 0}],
-              "routes": [{"dst": "0.0.0.0/0", "gw": "10.244.0.1"}], "dns": {}, "x-unknown": [1, {"a": None}]},
-    "1.1.0": {"cniVersion": "1.1.0",
-              "interfaces": [{"name": "eth0", "mac": "0a:58:0a:f4:00:05", "socketPath": "/run/x.sock",
-                              "pciID": "0000:00:1f.6"}],
-              "ips": [{"address": "fd00::5/64", "interface": 0}],
-              "routes": [{"dst": "::/0", "mtu": 1400, "advmss": 1360, "priority": 10, "table": 100,
-                          "scope": 0}],
-              "dns": {"nameservers": ["fd00::a"]}},
+    "0.3.1": {
+        "cniVersion": "0.3.1",
+        "interfaces": [{"name": "eth0", "mac": "0a:58:0a:f4:00:05", "sandbox": "/var/run/netns/test-pod"}],
+        "ips": [{"version": "4", "address": "10.244.0.5/24", "gateway": "10.244.0.1", "interface": 0}],
+        "routes": [{"dst": "0.0.0.0/0"}],
+        "dns": {},
+    },
+    "0.4.0": {
+        "cniVersion": "0.4.0",
+        "interfaces": [{"name": "eth0", "sandbox": "/var/run/netns/test-pod"}],
+        "ips": [
+            {"version": "6", "address": "fd00::5/64", "interface": 0},
+            {"version": "4", "address": "10.0.0.5/8", "interface": 0},
+        ],
+        "dns": {"nameservers": ["10.96.0.10"], "search": ["svc.cluster.local"]},
+    },
+    "1.0.0": {
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "eth0", "mac": "0a:58:0a:f4:00:05", "mtu": 1450, "sandbox": "/x"}],
+        "ips": [{"address": "10.244.0.5/24", "gateway": "10.244.0.1", "interface": 0}],
+        "routes": [{"dst": "0.0.0.0/0", "gw": "10.244.0.1"}],
+        "dns": {},
+        "x-unknown": [1, {"a": None}],
+    },
+    "1.1.0": {
+        "cniVersion": "1.1.0",
+        "interfaces": [
+            {"name": "eth0", "mac": "0a:58:0a:f4:00:05", "socketPath": "/run/x.sock", "pciID": "0000:00:1f.6"}
+        ],
+        "ips": [{"address": "fd00::5/64", "interface": 0}],
+        "routes": [{"dst": "::/0", "mtu": 1400, "advmss": 1360, "priority": 10, "table": 100, "scope": 0}],
+        "dns": {"nameservers": ["fd00::a"]},
+    },
 }
 
 
@@ -235,9 +274,15 @@ def test_passthrough_add_without_k8s_args(cni):
 
 
 def test_passthrough_add_accepts_unknown_and_reserved_keys(cni):
-    conf = cni.conf(runtimeConfig={"portMappings": []}, args={"cni": {"x": 1}}, capabilities={"ips": True},
-                    logLevel="debug", logFile=str(cni.tmp / "dracni.log"), delegateTimeout=2.5,
-                    **{"cni.dev/whatever": 1, "someUnknownKey": {"nested": [1, 2]}})
+    conf = cni.conf(
+        runtimeConfig={"portMappings": []},
+        args={"cni": {"x": 1}},
+        capabilities={"ips": True},
+        logLevel="debug",
+        logFile=str(cni.tmp / "dracni.log"),
+        delegateTimeout=2.5,
+        **{"cni.dev/whatever": 1, "someUnknownKey": {"nested": [1, 2]}},
+    )
     assert _strict_loads(cni.ok("ADD", conf=conf)) == {"cniVersion": "1.1.0", "dns": {}}
 
 
@@ -318,8 +363,12 @@ def test_gc_accepts_the_legacy_attachments_key(cni):
 def test_gc_prefers_valid_attachments_over_the_legacy_key(cni):
     put_attachment(cni.state_dir, container_id="a")
     put_attachment(cni.state_dir, container_id="b")
-    conf = cni.conf(**{"cni.dev/valid-attachments": [{"containerID": "a", "ifname": "eth0"}],
-                       "cni.dev/attachments": [{"containerID": "b", "ifname": "eth0"}]})
+    conf = cni.conf(
+        **{
+            "cni.dev/valid-attachments": [{"containerID": "a", "ifname": "eth0"}],
+            "cni.dev/attachments": [{"containerID": "b", "ifname": "eth0"}],
+        }
+    )
     assert cni.ok("GC", conf=conf) == b""
     assert attachment_exists(cni.state_dir, container_id="a")
     assert not attachment_exists(cni.state_dir, container_id="b")
@@ -329,7 +378,9 @@ def test_gc_prefers_valid_attachments_over_the_legacy_key(cni):
 
 
 @pytest.mark.parametrize("command", ["ADD", "DEL", "CHECK", "GC", "STATUS"])
-@pytest.mark.parametrize("bad", ["0.2.0", "0.1.0", "1.0", "1", "1.2.0", "v1.0.0", " 1.0.0", "", 1, 1.0, None, ["1.0.0"]])
+@pytest.mark.parametrize(
+    "bad", ["0.2.0", "0.1.0", "1.0", "1", "1.2.0", "v1.0.0", " 1.0.0", "", 1, 1.0, None, ["1.0.0"]]
+)
 def test_unsupported_config_version_is_code_1(cni, command, bad):
     cni.error(1, "cniVersion", repr(bad), command=command, conf=cni.conf(bad), version=LATEST)
 
@@ -342,8 +393,9 @@ def test_unsupported_prev_result_version_is_code_1(cni, bad):
 
 @pytest.mark.parametrize("version", ["0.3.0", "0.3.1"])
 def test_check_with_a_0_3_config_is_code_1(cni, version):
-    err = cni.error(1, "cniVersion", version, "CHECK", command="CHECK",
-                    conf=cni.conf(version, prevResult=PREV_RESULTS["0.3.1"]))
+    err = cni.error(
+        1, "cniVersion", version, "CHECK", command="CHECK", conf=cni.conf(version, prevResult=PREV_RESULTS["0.3.1"])
+    )
     assert err["cniVersion"] == version  # errors after parsing speak the config's version
 
 
@@ -362,10 +414,16 @@ def test_missing_container_id_is_code_3(cni, command, cid):
 
 
 def test_check_without_a_record_for_a_pod_with_claims_is_code_3(cni):
-    StateDir(cni.state_dir).put_claim({
-        "uid": "claim-1", "namespace": "default", "name": "nets", "driver": "dracni.io",
-        "pods": [{"uid": "pod-uid-1", "name": "web-0"}], "devices": [],
-    })
+    StateDir(cni.state_dir).put_claim(
+        {
+            "uid": "claim-1",
+            "namespace": "default",
+            "name": "nets",
+            "driver": "dracni.io",
+            "pods": [{"uid": "pod-uid-1", "name": "web-0"}],
+            "devices": [],
+        }
+    )
     cni.error(3, "c0ffee", command="CHECK", conf=cni.conf(prevResult=PREV_RESULTS["1.1.0"]))
 
 
@@ -392,23 +450,41 @@ def test_container_id_with_bad_chars_is_code_4(cni, command, cid):
 @pytest.mark.parametrize("command", ["ADD", "CHECK"])
 @pytest.mark.parametrize("netns", [None, ""])
 def test_missing_netns_on_add_and_check_is_code_4(cni, command, netns):
-    cni.error(4, "CNI_NETNS", command, command=command, CNI_NETNS=netns,
-              conf=cni.conf(prevResult=PREV_RESULTS["1.1.0"]))
+    cni.error(
+        4, "CNI_NETNS", command, command=command, CNI_NETNS=netns, conf=cni.conf(prevResult=PREV_RESULTS["1.1.0"])
+    )
 
 
-BAD_IFNAMES = [None, "", "a" * 16, "x" * 100, ".", "..", "a/b", "/", "eth0:1", ":", "a b", " eth0", "eth0 ",
-               "a\tb", "a\nb", "a\u00a0b", "a\u2003b"]
+BAD_IFNAMES = [
+    None,
+    "",
+    "a" * 16,
+    "x" * 100,
+    ".",
+    "..",
+    "a/b",
+    "/",
+    "eth0:1",
+    ":",
+    "a b",
+    " eth0",
+    "eth0 ",
+    "a\tb",
+    "a\nb",
+    "a\u00a0b",
+    "a\u2003b",
+]
 
 
 @pytest.mark.parametrize("command", ["ADD", "DEL", "CHECK"])
 @pytest.mark.parametrize("ifname", BAD_IFNAMES)
 def test_bad_ifname_is_code_4(cni, command, ifname):
-    cni.error(4, "CNI_IFNAME", command=command, CNI_IFNAME=ifname,
-              conf=cni.conf(prevResult=PREV_RESULTS["1.1.0"]))
+    cni.error(4, "CNI_IFNAME", command=command, CNI_IFNAME=ifname, conf=cni.conf(prevResult=PREV_RESULTS["1.1.0"]))
 
 
-@pytest.mark.parametrize("args", ["K8S_POD_NAME", "IgnoreUnknown=1;K8S_POD_UID", "=value", "IgnoreUnknown=1;=x",
-                                  "a=1;b;c=2"])
+@pytest.mark.parametrize(
+    "args", ["K8S_POD_NAME", "IgnoreUnknown=1;K8S_POD_UID", "=value", "IgnoreUnknown=1;=x", "a=1;b;c=2"]
+)
 @pytest.mark.parametrize("command", ["ADD", "DEL", "CHECK"])
 def test_malformed_cni_args_pair_is_code_4(cni, command, args):
     cni.error(4, "CNI_ARGS", command=command, CNI_ARGS=args, conf=cni.conf(prevResult=PREV_RESULTS["1.1.0"]))
@@ -449,13 +525,26 @@ def test_state_dir_that_is_a_regular_file_is_code_5(cni):
 
 
 @pytest.mark.parametrize("command", ["ADD", "DEL", "CHECK", "GC", "STATUS"])
-@pytest.mark.parametrize("stdin", [
-    b"", b" \n\t",                                        # empty
-    b"{", b"{'cniVersion': '1.0.0'}", b'{"a":1} {"b":2}',  # invalid JSON
-    b'{"cniVersion":"1.1.0","name":"net","x":NaN}', b'{"x": Infinity}',
-    b"[]", b"[1]", b'"ADD"', b"42", b"null", b"true",   # not an object
-    b'{"cniVersion":"1.1.0","name":"n\xc3"}', b"\xff\xfe\xfd",  # bad UTF-8
-])
+@pytest.mark.parametrize(
+    "stdin",
+    [
+        b"",
+        b" \n\t",  # empty
+        b"{",
+        b"{'cniVersion': '1.0.0'}",
+        b'{"a":1} {"b":2}',  # invalid JSON
+        b'{"cniVersion":"1.1.0","name":"net","x":NaN}',
+        b'{"x": Infinity}',
+        b"[]",
+        b"[1]",
+        b'"ADD"',
+        b"42",
+        b"null",
+        b"true",  # not an object
+        b'{"cniVersion":"1.1.0","name":"n\xc3"}',
+        b"\xff\xfe\xfd",  # bad UTF-8
+    ],
+)
 def test_undecodable_stdin_is_code_6(cni, command, stdin):
     cni.error(6, "stdin", command=command, stdin=stdin, version=LATEST)
 
@@ -478,17 +567,45 @@ def test_bad_network_name_is_code_7(cni, name):
     cni.error(7, "name", command="ADD", conf=cni.conf(name=name))
 
 
-@pytest.mark.parametrize("key,value", [
-    ("stateDir", 5), ("stateDir", True), ("stateDir", None), ("stateDir", []), ("stateDir", {}),
-    ("logFile", 5), ("logFile", False), ("logFile", None), ("logFile", ["/tmp/x"]),
-    ("logLevel", 10), ("logLevel", True), ("logLevel", None), ("logLevel", "verbose"), ("logLevel", "DEBUG"),
-    ("logLevel", ""),
-    ("delegateTimeout", "30"), ("delegateTimeout", True), ("delegateTimeout", None), ("delegateTimeout", 0),
-    ("delegateTimeout", -1), ("delegateTimeout", -0.5), ("delegateTimeout", [1]),
-    ("runtimeConfig", []), ("runtimeConfig", "x"), ("runtimeConfig", 1), ("runtimeConfig", None),
-    ("args", []), ("args", "K=V"), ("args", 0), ("args", None),
-    ("prevResult", []), ("prevResult", "x"), ("prevResult", 1), ("prevResult", True),
-])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("stateDir", 5),
+        ("stateDir", True),
+        ("stateDir", None),
+        ("stateDir", []),
+        ("stateDir", {}),
+        ("logFile", 5),
+        ("logFile", False),
+        ("logFile", None),
+        ("logFile", ["/tmp/x"]),
+        ("logLevel", 10),
+        ("logLevel", True),
+        ("logLevel", None),
+        ("logLevel", "verbose"),
+        ("logLevel", "DEBUG"),
+        ("logLevel", ""),
+        ("delegateTimeout", "30"),
+        ("delegateTimeout", True),
+        ("delegateTimeout", None),
+        ("delegateTimeout", 0),
+        ("delegateTimeout", -1),
+        ("delegateTimeout", -0.5),
+        ("delegateTimeout", [1]),
+        ("runtimeConfig", []),
+        ("runtimeConfig", "x"),
+        ("runtimeConfig", 1),
+        ("runtimeConfig", None),
+        ("args", []),
+        ("args", "K=V"),
+        ("args", 0),
+        ("args", None),
+        ("prevResult", []),
+        ("prevResult", "x"),
+        ("prevResult", 1),
+        ("prevResult", True),
+    ],
+)
 @pytest.mark.parametrize("command", ["ADD", "DEL", "CHECK", "GC", "STATUS"])
 def test_bad_field_type_is_code_7(cni, command, key, value):
     conf = cni.conf(**{key: value, "cni.dev/valid-attachments": []})
@@ -501,11 +618,22 @@ def test_relative_state_dir_is_code_7(cni, state_dir):
     assert "absolute" in err["msg"]
 
 
-@pytest.mark.parametrize("key,value", [
-    ("ips", "10.0.0.5/24"), ("ips", {"address": "10.0.0.5/24"}), ("ips", 5), ("ips", [1]), ("ips", ["x"]),
-    ("interfaces", "eth0"), ("interfaces", [None]), ("routes", {}), ("routes", [[]]),
-    ("dns", []), ("dns", "8.8.8.8"),
-])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("ips", "10.0.0.5/24"),
+        ("ips", {"address": "10.0.0.5/24"}),
+        ("ips", 5),
+        ("ips", [1]),
+        ("ips", ["x"]),
+        ("interfaces", "eth0"),
+        ("interfaces", [None]),
+        ("routes", {}),
+        ("routes", [[]]),
+        ("dns", []),
+        ("dns", "8.8.8.8"),
+    ],
+)
 @pytest.mark.parametrize("version", ["1.0.0", "1.1.0"])
 def test_malformed_prev_result_is_code_7(cni, version, key, value):
     prev = dict(PREV_RESULTS["1.0.0"], cniVersion=version, **{key: value})
@@ -518,13 +646,22 @@ def test_gc_without_valid_attachments_is_code_7(cni):
 
 
 @pytest.mark.parametrize("key", ["cni.dev/valid-attachments", "cni.dev/attachments"])
-@pytest.mark.parametrize("entries,where", [
-    ("c0ffee", ""), ({"containerID": "c", "ifname": "eth0"}, ""), (5, ""),
-    ([1], "[0]"), (["c0ffee"], "[0]"), ([None], "[0]"),
-    ([{"containerID": "c"}], "[0]"), ([{"ifname": "eth0"}], "[0]"),
-    ([{"containerID": 1, "ifname": "eth0"}], "[0]"), ([{"containerID": "c", "ifname": None}], "[0]"),
-    ([{"containerID": "c", "ifname": "eth0"}, {"containerID": "d"}], "[1]"),
-])
+@pytest.mark.parametrize(
+    "entries,where",
+    [
+        ("c0ffee", ""),
+        ({"containerID": "c", "ifname": "eth0"}, ""),
+        (5, ""),
+        ([1], "[0]"),
+        (["c0ffee"], "[0]"),
+        ([None], "[0]"),
+        ([{"containerID": "c"}], "[0]"),
+        ([{"ifname": "eth0"}], "[0]"),
+        ([{"containerID": 1, "ifname": "eth0"}], "[0]"),
+        ([{"containerID": "c", "ifname": None}], "[0]"),
+        ([{"containerID": "c", "ifname": "eth0"}, {"containerID": "d"}], "[1]"),
+    ],
+)
 def test_gc_with_malformed_attachments_is_code_7(cni, key, entries, where):
     cni.error(7, key + where, command="GC", conf=cni.conf(**{key: entries}))
 
@@ -568,6 +705,7 @@ def test_status_with_an_unusable_state_dir_is_code_50(cni, where):
 
 # -- code 999: internal error -------------------------------------------------------------------------------
 
+
 def test_internal_error_is_code_999_and_still_a_cni_error(cni):
     """A record that is valid JSON of the right schema version but the wrong shape (hand-edited,
     or written by a buggy future version) makes DEL fail internally: reported as 999, not a crash."""
@@ -587,8 +725,13 @@ def test_internal_error_is_code_999_and_still_a_cni_error(cni):
 def test_error_object_is_exactly_one_line_of_json(cni):
     rc, raw = cni.run("ADD", CNI_IFNAME="..")
     assert rc == 1
-    assert raw == json.dumps({"cniVersion": "1.1.0", "code": 4, "msg": "CNI_IFNAME '..' must not be '.' or '..'"},
-                             separators=(",", ":")).encode() + b"\n"
+    assert (
+        raw
+        == json.dumps(
+            {"cniVersion": "1.1.0", "code": 4, "msg": "CNI_IFNAME '..' must not be '.' or '..'"}, separators=(",", ":")
+        ).encode()
+        + b"\n"
+    )
 
 
 def test_error_details_are_a_string_when_present(cni):
@@ -660,7 +803,7 @@ def test_regression_unusable_log_file_never_escapes_run(cni, log_name):
     Fix: catch (OSError, ValueError) in _emit (and validate logFile, see above)."""
     try:
         rc, raw = cni.run("GC", conf=cni.conf(logFile=str(cni.tmp / log_name)))
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         pytest.fail(f"run() raised {type(exc).__name__}: {exc}")
     check_error(rc, raw, 7)
 
@@ -675,16 +818,20 @@ def test_regression_error_message_with_undecodable_bytes_still_prints_json(cni):
     conf = cni.conf(stateDir=str(cni.regular_file / "state"))
     try:
         rc, raw = cni.run("ADD", conf=conf, CNI_ARGS="K8S_POD_UID=\udc80")
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         pytest.fail(f"run() raised {type(exc).__name__}: {exc}")
     check_error(rc, raw, 5, "state directory")
 
 
-@pytest.mark.parametrize("stdin", [
-    b'{"cniVersion":"1.1.0","name":"net","x":"\xed\xa0\x80"}',          # UTF-8-encoded surrogate
-    '{"cniVersion":"1.1.0","name":"net"}'.encode("utf-16"),                # UTF-16 with BOM
-    '{"cniVersion":"1.1.0","name":"net"}'.encode("utf-32-le"),             # UTF-32
-], ids=["utf8-surrogate", "utf16", "utf32"])
+@pytest.mark.parametrize(
+    "stdin",
+    [
+        b'{"cniVersion":"1.1.0","name":"net","x":"\xed\xa0\x80"}',  # UTF-8-encoded surrogate
+        '{"cniVersion":"1.1.0","name":"net"}'.encode("utf-16"),  # UTF-16 with BOM
+        '{"cniVersion":"1.1.0","name":"net"}'.encode("utf-32-le"),  # UTF-32
+    ],
+    ids=["utf8-surrogate", "utf16", "utf32"],
+)
 def test_regression_stdin_must_be_utf8(cni, stdin):
     """jsonio.loads(bytes) hands the bytes to json.loads, which auto-detects UTF-16/UTF-32 and
     decodes UTF-8 with 'surrogatepass': stdin that is not UTF-8 (RFC 8259 section 8.1) is accepted,

@@ -15,9 +15,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dracni.cni.errors import CNIError, INCOMPATIBLE_VERSION
-from dracni.cni.versions import (LATEST, SUPPORTED_VERSIONS, at_least, best_common_version, convert,
-                                 from_current, parse_version, require_supported, to_current)
+from dracni.cni.errors import INCOMPATIBLE_VERSION, CNIError
+from dracni.cni.versions import (
+    LATEST,
+    SUPPORTED_VERSIONS,
+    at_least,
+    best_common_version,
+    convert,
+    from_current,
+    parse_version,
+    require_supported,
+    to_current,
+)
 
 OLD = ["0.3.0", "0.3.1", "0.4.0"]
 NEW = ["1.0.0", "1.1.0"]
@@ -31,8 +40,14 @@ def current_result(version="1.1.0") -> dict:
     return {
         "cniVersion": version,
         "interfaces": [
-            {"name": "net1", "mac": "0a:58:0a:00:00:05", "mtu": 9000, "sandbox": "/var/run/netns/p",
-             "socketPath": "/run/vhost/net1.sock", "pciID": "0000:3b:00.2"},
+            {
+                "name": "net1",
+                "mac": "0a:58:0a:00:00:05",
+                "mtu": 9000,
+                "sandbox": "/var/run/netns/p",
+                "socketPath": "/run/vhost/net1.sock",
+                "pciID": "0000:3b:00.2",
+            },
             {"name": "host-veth", "mac": "0a:58:0a:00:00:06"},
         ],
         "ips": [
@@ -41,8 +56,15 @@ def current_result(version="1.1.0") -> dict:
             {"address": "::ffff:10.0.0.9/128"},
         ],
         "routes": [
-            {"dst": "0.0.0.0/0", "gw": "10.0.0.1", "mtu": 1400, "advmss": 1360, "priority": 100, "table": 10,
-             "scope": 0},
+            {
+                "dst": "0.0.0.0/0",
+                "gw": "10.0.0.1",
+                "mtu": 1400,
+                "advmss": 1360,
+                "priority": 100,
+                "table": 10,
+                "scope": 0,
+            },
             {"dst": "fd00::/8"},
         ],
         "dns": {"nameservers": ["10.96.0.10"], "domain": "cluster.local", "search": ["svc"], "options": ["ndots:5"]},
@@ -86,14 +108,33 @@ def test_supported_versions_and_latest():
     assert LATEST == "1.1.0"
 
 
-@pytest.mark.parametrize("text,expected", [("0.3.0", (0, 3, 0)), ("1.1.0", (1, 1, 0)), ("10.20.30", (10, 20, 30)),
-                                           ("01.0.0", (1, 0, 0))])
+@pytest.mark.parametrize(
+    "text,expected", [("0.3.0", (0, 3, 0)), ("1.1.0", (1, 1, 0)), ("10.20.30", (10, 20, 30)), ("01.0.0", (1, 0, 0))]
+)
 def test_parse_version(text, expected):
     assert parse_version(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["", "1", "1.0", "1.0.0.0", "a.b.c", "1.0.x", "1..0", " 1.0.0", "1.0.0 ",
-                                 "-1.0.0", "+1.0.0", "v1.0.0", "1.0.0-rc1", "1,0,0", ".1.0"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "1",
+        "1.0",
+        "1.0.0.0",
+        "a.b.c",
+        "1.0.x",
+        "1..0",
+        " 1.0.0",
+        "1.0.0 ",
+        "-1.0.0",
+        "+1.0.0",
+        "v1.0.0",
+        "1.0.0-rc1",
+        "1,0,0",
+        ".1.0",
+    ],
+)
 def test_parse_version_rejects_malformed_strings(bad):
     with pytest.raises(ValueError, match="invalid version"):
         parse_version(bad)
@@ -125,9 +166,31 @@ def test_require_supported_accepts_exact_versions(version):
     assert require_supported(version) == version
 
 
-@pytest.mark.parametrize("bad", ["1.0", "1", "1.1", "0.4", "1.0.0 ", " 1.0.0", "v1.0.0", "1.0.0.0", "01.0.0",
-                                 "0.1.0", "0.2.0", "1.2.0", "2.0.0", "", "1.0.0\n", None, 1, 1.0, ["1.0.0"],
-                                 {"cniVersion": "1.0.0"}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "1.0",
+        "1",
+        "1.1",
+        "0.4",
+        "1.0.0 ",
+        " 1.0.0",
+        "v1.0.0",
+        "1.0.0.0",
+        "01.0.0",
+        "0.1.0",
+        "0.2.0",
+        "1.2.0",
+        "2.0.0",
+        "",
+        "1.0.0\n",
+        None,
+        1,
+        1.0,
+        ["1.0.0"],
+        {"cniVersion": "1.0.0"},
+    ],
+)
 def test_require_supported_rejects_anything_else_with_code_1(bad):
     with pytest.raises(CNIError) as info:
         require_supported(bad)
@@ -148,22 +211,25 @@ def test_require_supported_names_the_field():
 DEBIAN_BOOKWORM_PLUGIN = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0"]
 
 
-@pytest.mark.parametrize("theirs,cap,expected", [
-    (DEBIAN_BOOKWORM_PLUGIN, "1.1.0", "1.0.0"),
-    (DEBIAN_BOOKWORM_PLUGIN, "0.4.0", "0.4.0"),
-    (DEBIAN_BOOKWORM_PLUGIN, "0.3.1", "0.3.1"),
-    (DEBIAN_BOOKWORM_PLUGIN, "0.3.0", "0.3.0"),
-    (ALL, "1.1.0", "1.1.0"),
-    (list(reversed(ALL)), "1.1.0", "1.1.0"),          # order does not matter
-    (["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"], "1.0.0", "1.0.0"),
-    (["0.4.0", "1.1.0"], "1.0.0", "0.4.0"),             # never above the cap
-    (["1.1.0"], "1.0.0", None),
-    (["0.1.0", "0.2.0"], "1.1.0", None),               # nothing in common
-    ([], "1.1.0", None),
-    (["1.0", "x", "", "1.0.0.0", "0.4.0"], "1.1.0", "0.4.0"),  # garbage ignored
-    (["2.0.0", "1.2.0"], "1.1.0", None),               # newer than us
-    (["1.0.0", "1.0.0"], "1.1.0", "1.0.0"),
-])
+@pytest.mark.parametrize(
+    "theirs,cap,expected",
+    [
+        (DEBIAN_BOOKWORM_PLUGIN, "1.1.0", "1.0.0"),
+        (DEBIAN_BOOKWORM_PLUGIN, "0.4.0", "0.4.0"),
+        (DEBIAN_BOOKWORM_PLUGIN, "0.3.1", "0.3.1"),
+        (DEBIAN_BOOKWORM_PLUGIN, "0.3.0", "0.3.0"),
+        (ALL, "1.1.0", "1.1.0"),
+        (list(reversed(ALL)), "1.1.0", "1.1.0"),  # order does not matter
+        (["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"], "1.0.0", "1.0.0"),
+        (["0.4.0", "1.1.0"], "1.0.0", "0.4.0"),  # never above the cap
+        (["1.1.0"], "1.0.0", None),
+        (["0.1.0", "0.2.0"], "1.1.0", None),  # nothing in common
+        ([], "1.1.0", None),
+        (["1.0", "x", "", "1.0.0.0", "0.4.0"], "1.1.0", "0.4.0"),  # garbage ignored
+        (["2.0.0", "1.2.0"], "1.1.0", None),  # newer than us
+        (["1.0.0", "1.0.0"], "1.1.0", "1.0.0"),
+    ],
+)
 def test_best_common_version(theirs, cap, expected):
     assert best_common_version(theirs, cap) == expected
 
@@ -186,8 +252,10 @@ def test_to_current_from_0x_drops_ip_versions(version):
     cur = to_current(old)
     assert old == before  # input untouched
     assert cur["cniVersion"] in NEW  # the internal form is 1.x
-    assert cur["ips"] == [{"address": "10.0.0.5/24", "gateway": "10.0.0.1", "interface": 0},
-                          {"address": "fd00::5/64", "interface": 0}]
+    assert cur["ips"] == [
+        {"address": "10.0.0.5/24", "gateway": "10.0.0.1", "interface": 0},
+        {"address": "fd00::5/64", "interface": 0},
+    ]
     assert cur["interfaces"] == old["interfaces"] and cur["routes"] == old["routes"] and cur["dns"] == old["dns"]
 
 
@@ -262,8 +330,10 @@ def test_from_current_to_0x_omits_empty_lists_and_keeps_other_keys(version):
 
 @pytest.mark.parametrize("version", OLD)
 def test_from_current_derives_ip_version_from_the_address(version):
-    cur = {"cniVersion": LATEST, "ips": [{"address": "fd00::1/64", "version": "4"},
-                                         {"address": "192.168.0.1/32", "version": "6"}]}
+    cur = {
+        "cniVersion": LATEST,
+        "ips": [{"address": "fd00::1/64", "version": "4"}, {"address": "192.168.0.1/32", "version": "6"}],
+    }
     assert [ip["version"] for ip in from_current(cur, version)["ips"]] == ["6", "4"]
 
 
@@ -306,21 +376,43 @@ def test_round_trip_1x_through_0x_loses_only_the_1_1_fields(a, b):
 
 _ipv4 = st.tuples(*[st.integers(0, 255)] * 4, st.integers(0, 32)).map(lambda t: "%d.%d.%d.%d/%d" % t)
 _ipv6 = st.tuples(st.integers(0, 0xFFFF), st.integers(0, 0xFFFF), st.integers(0, 128)).map(
-    lambda t: "fd%02x:%x::%x/%d" % (t[0] & 0xFF, t[1], t[0], t[2]))
+    lambda t: "fd%02x:%x::%x/%d" % (t[0] & 0xFF, t[1], t[0], t[2])
+)
 _name = st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=15)
-_ip = st.fixed_dictionaries({"address": st.one_of(_ipv4, _ipv6)},
-                            optional={"gateway": st.one_of(_ipv4, _ipv6).map(lambda a: a.split("/")[0]),
-                                      "interface": st.integers(0, 3)})
-_iface = st.fixed_dictionaries({"name": _name}, optional={
-    "mac": st.just("0a:58:0a:00:00:05"), "mtu": st.integers(68, 9000), "sandbox": st.just("/var/run/netns/p"),
-    "socketPath": st.just("/run/x.sock"), "pciID": st.just("0000:00:1f.6")})
-_route = st.fixed_dictionaries({"dst": st.one_of(_ipv4, _ipv6)}, optional={
-    "gw": st.just("10.0.0.1"), "mtu": st.integers(68, 9000), "advmss": st.integers(0, 9000),
-    "priority": st.integers(0, 1000), "table": st.integers(0, 255), "scope": st.integers(0, 255)})
-_results = st.fixed_dictionaries({"cniVersion": st.sampled_from(NEW)}, optional={
-    "interfaces": st.lists(_iface, min_size=1, max_size=3), "ips": st.lists(_ip, min_size=1, max_size=3),
-    "routes": st.lists(_route, min_size=1, max_size=3),
-    "dns": st.fixed_dictionaries({}, optional={"nameservers": st.lists(_ipv4, max_size=2)})})
+_ip = st.fixed_dictionaries(
+    {"address": st.one_of(_ipv4, _ipv6)},
+    optional={"gateway": st.one_of(_ipv4, _ipv6).map(lambda a: a.split("/")[0]), "interface": st.integers(0, 3)},
+)
+_iface = st.fixed_dictionaries(
+    {"name": _name},
+    optional={
+        "mac": st.just("0a:58:0a:00:00:05"),
+        "mtu": st.integers(68, 9000),
+        "sandbox": st.just("/var/run/netns/p"),
+        "socketPath": st.just("/run/x.sock"),
+        "pciID": st.just("0000:00:1f.6"),
+    },
+)
+_route = st.fixed_dictionaries(
+    {"dst": st.one_of(_ipv4, _ipv6)},
+    optional={
+        "gw": st.just("10.0.0.1"),
+        "mtu": st.integers(68, 9000),
+        "advmss": st.integers(0, 9000),
+        "priority": st.integers(0, 1000),
+        "table": st.integers(0, 255),
+        "scope": st.integers(0, 255),
+    },
+)
+_results = st.fixed_dictionaries(
+    {"cniVersion": st.sampled_from(NEW)},
+    optional={
+        "interfaces": st.lists(_iface, min_size=1, max_size=3),
+        "ips": st.lists(_ip, min_size=1, max_size=3),
+        "routes": st.lists(_route, min_size=1, max_size=3),
+        "dns": st.fixed_dictionaries({}, optional={"nameservers": st.lists(_ipv4, max_size=2)}),
+    },
+)
 
 
 @settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -328,7 +420,7 @@ _results = st.fixed_dictionaries({"cniVersion": st.sampled_from(NEW)}, optional=
 def test_conversion_properties(res, old, new):
     down = convert(res, old)
     assert down["cniVersion"] == old
-    for ip, src in zip(down.get("ips", []), res.get("ips", [])):
+    for ip, src in zip(down.get("ips", []), res.get("ips", []), strict=True):
         assert ip == dict(src, version="6" if ":" in src["address"] else "4")
     assert normalize(convert(down, new)) == dict(strip_1_1(res), cniVersion=new)
     assert convert(convert(res, "1.0.0" if new == "1.1.0" else "1.1.0"), new) == dict(res, cniVersion=new)

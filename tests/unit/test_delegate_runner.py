@@ -64,6 +64,7 @@ def run_add(r: DelegateRunner, binary: Path | str, conf: dict | None = None, **k
 
 # -- find --------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("bad", ["", "a/b", "/usr/lib/cni/bridge", "../bridge", ".", ".."])
 def test_find_rejects_bad_types_naming_the_field(bindir: Path, bad: str) -> None:
     with pytest.raises(CNIError) as info:
@@ -150,15 +151,39 @@ def calls(binary: Path) -> list[dict]:
 
 def test_exec_passes_env_overrides_stdin_and_parses_stdout(bindir: Path) -> None:
     plugin = py_plugin(bindir / "recorder", RECORDER)
-    base = {"PATH": BASE_PATH, "FOO": "bar", "CNI_COMMAND": "stale", "CNI_CONTAINERID": "stale",
-            "CNI_NETNS": "stale", "CNI_IFNAME": "eth0", "CNI_PATH": "/stale", "CNI_ARGS": "K8S_POD_NAME=runtime"}
+    base = {
+        "PATH": BASE_PATH,
+        "FOO": "bar",
+        "CNI_COMMAND": "stale",
+        "CNI_CONTAINERID": "stale",
+        "CNI_NETNS": "stale",
+        "CNI_IFNAME": "eth0",
+        "CNI_PATH": "/stale",
+        "CNI_ARGS": "K8S_POD_NAME=runtime",
+    }
     r = runner(bindir, Path("/opt/cni/bin"), env=base)
-    conf = {"cniVersion": "1.0.0", "name": "macnet", "type": "recorder", "master": "eth1",
-            "prevResult": {"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.1/24"}]}, "uni": "h\u00e9llo \u2603"}
-    result = run_add(r, plugin, conf, ifname="net1", container_id="c0ffee", netns="/var/run/netns/pod",
-                     cni_args="IgnoreUnknown=1;K8S_POD_UID=u1")
-    assert result == {"cniVersion": "1.0.0", "interfaces": [{"name": "net1"}],
-                      "ips": [{"address": "10.1.0.9/24", "interface": 0}]}
+    conf = {
+        "cniVersion": "1.0.0",
+        "name": "macnet",
+        "type": "recorder",
+        "master": "eth1",
+        "prevResult": {"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.1/24"}]},
+        "uni": "h\u00e9llo \u2603",
+    }
+    result = run_add(
+        r,
+        plugin,
+        conf,
+        ifname="net1",
+        container_id="c0ffee",
+        netns="/var/run/netns/pod",
+        cni_args="IgnoreUnknown=1;K8S_POD_UID=u1",
+    )
+    assert result == {
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "net1"}],
+        "ips": [{"address": "10.1.0.9/24", "interface": 0}],
+    }
     (call,) = calls(plugin)
     env = call["env"]
     assert env["FOO"] == "bar"
@@ -194,10 +219,13 @@ def test_exec_empty_stdout_is_none(bindir: Path) -> None:
 
 
 def test_exec_plugin_error_keeps_code_and_msg(bindir: Path) -> None:
-    plugin = sh_plugin(bindir / "macvlan", "cat >/dev/null\n"
-                       "echo '{\"cniVersion\":\"1.0.0\",\"code\":7,\"msg\":\"master eth9 not found\","
-                       "\"details\":\"link lookup failed\"}'\n"
-                       "echo 'some log line' >&2\nexit 1\n")
+    plugin = sh_plugin(
+        bindir / "macvlan",
+        "cat >/dev/null\n"
+        'echo \'{"cniVersion":"1.0.0","code":7,"msg":"master eth9 not found",'
+        '"details":"link lookup failed"}\'\n'
+        "echo 'some log line' >&2\nexit 1\n",
+    )
     with pytest.raises(CNIError) as info:
         run_add(runner(bindir), plugin)
     err = info.value
@@ -208,8 +236,9 @@ def test_exec_plugin_error_keeps_code_and_msg(bindir: Path) -> None:
 
 
 def test_exec_plugin_error_with_plugin_specific_code(bindir: Path) -> None:
-    plugin = sh_plugin(bindir / "sriov", "cat >/dev/null\n"
-                       "echo '{\"cniVersion\":\"0.4.0\",\"code\":123,\"msg\":\"VF busy\"}'\nexit 1\n")
+    plugin = sh_plugin(
+        bindir / "sriov", 'cat >/dev/null\necho \'{"cniVersion":"0.4.0","code":123,"msg":"VF busy"}\'\nexit 1\n'
+    )
     with pytest.raises(CNIError) as info:
         run_add(runner(bindir), plugin)
     assert info.value.code == 123
@@ -217,9 +246,12 @@ def test_exec_plugin_error_with_plugin_specific_code(bindir: Path) -> None:
 
 
 def test_exec_nonzero_exit_without_json_is_code_100_with_stderr_tail(bindir: Path) -> None:
-    plugin = sh_plugin(bindir / "crashy", "cat >/dev/null\n"
-                       "i=0; while [ $i -lt 200 ]; do echo \"noise line $i\" >&2; i=$((i+1)); done\n"
-                       "echo 'panic: runtime error: index out of range' >&2\nexit 2\n")
+    plugin = sh_plugin(
+        bindir / "crashy",
+        "cat >/dev/null\n"
+        'i=0; while [ $i -lt 200 ]; do echo "noise line $i" >&2; i=$((i+1)); done\n'
+        "echo 'panic: runtime error: index out of range' >&2\nexit 2\n",
+    )
     with pytest.raises(CNIError) as info:
         run_add(runner(bindir), plugin)
     err = info.value
@@ -239,8 +271,9 @@ def test_exec_nonzero_exit_with_garbage_stdout_and_no_stderr(bindir: Path) -> No
     assert "Segmentation fault" in info.value.details
 
 
-@pytest.mark.parametrize("output", ["this is not json", '{"cniVersion": "1.0.0",', '{"ips": NaN}',
-                                    "[1, 2, 3]", '"a string"', "\\0377\\0376"])
+@pytest.mark.parametrize(
+    "output", ["this is not json", '{"cniVersion": "1.0.0",', '{"ips": NaN}', "[1, 2, 3]", '"a string"', "\\0377\\0376"]
+)
 def test_exec_invalid_json_output_is_code_6(bindir: Path, output: str) -> None:
     plugin = sh_plugin(bindir / "badjson", f"cat >/dev/null\nprintf '%b\\n' '{output}'\n")
     with pytest.raises(CNIError) as info:
@@ -289,7 +322,7 @@ def test_exec_unexecutable_binary_is_code_5(bindir: Path) -> None:
 
 # -- "text file busy" --------------------------------------------------------------------------
 
-PLUGIN_BODY = b"#!/bin/sh\ncat >/dev/null\necho '{\"cniVersion\":\"1.0.0\",\"dns\":{}}'\n"
+PLUGIN_BODY = b'#!/bin/sh\ncat >/dev/null\necho \'{"cniVersion":"1.0.0","dns":{}}\'\n'
 
 
 def open_for_writing(path: Path) -> int:
@@ -332,14 +365,18 @@ def test_exec_text_file_busy_forever_is_code_5(bindir: Path) -> None:
 
 # -- version negotiation -----------------------------------------------------------------------
 
+
 def version_plugin(path: Path, versions: list[str], extra: str = "") -> Path:
     """Answers VERSION with ``versions``; appends each call's command and stdin to ``<path>.calls``."""
     answer = json.dumps({"cniVersion": "1.0.0", "supportedVersions": versions})
-    return sh_plugin(path, f"""{extra}
+    return sh_plugin(
+        path,
+        f"""{extra}
 stdin=$(cat)
 echo "$CNI_COMMAND|$CNI_CONTAINERID|$CNI_IFNAME|$CNI_NETNS|${{CNI_ARGS-unset}}|$stdin" >> "{path}.calls"
 echo '{answer}'
-""")
+""",
+    )
 
 
 def invocations(plugin: Path) -> list[str]:
@@ -358,7 +395,7 @@ def test_supported_versions_runs_version_once_then_uses_the_state_cache(tmp_path
     assert r1.supported_versions(str(plugin)) == UP_TO_1_0
     assert r1.supported_versions(str(plugin)) == UP_TO_1_0
     # As libcni does: VERSION without per-container variables, empty CNI_ARGS, latest version in.
-    assert invocations(plugin) == ['VERSION||||' + '|{"cniVersion":"1.1.0"}']
+    assert invocations(plugin) == ["VERSION||||" + '|{"cniVersion":"1.1.0"}']
     cache = state_root / "cache" / "plugin-versions.json"
     assert cache.is_file()
     assert oct(os.stat(cache).st_mode & 0o777) == oct(0o600)
@@ -384,7 +421,10 @@ def test_changed_binary_invalidates_the_cache(tmp_path: Path, bindir: Path) -> N
     assert r.supported_versions(str(plugin)) == ["0.4.0", "1.0.0", "1.1.0"]
     assert len(invocations(plugin)) == 2
     assert runner(bindir, state=StateDir(str(state_root))).supported_versions(str(plugin)) == [
-        "0.4.0", "1.0.0", "1.1.0"]
+        "0.4.0",
+        "1.0.0",
+        "1.1.0",
+    ]
     assert len(invocations(plugin)) == 2
 
     # Same size, only the mtime moves (e.g. rebuilt from the same source): asked again.
@@ -438,8 +478,10 @@ def test_corrupt_cache_is_ignored_and_rewritten(tmp_path: Path, bindir: Path) ->
     assert len(invocations(plugin)) == 1
 
 
-@pytest.mark.parametrize("cap, expected", [("1.1.0", "1.0.0"), ("1.0.0", "1.0.0"), ("0.4.0", "0.4.0"),
-                                           ("0.3.1", "0.3.1"), ("0.3.0", "0.3.0")])
+@pytest.mark.parametrize(
+    "cap, expected",
+    [("1.1.0", "1.0.0"), ("1.0.0", "1.0.0"), ("0.4.0", "0.4.0"), ("0.3.1", "0.3.1"), ("0.3.0", "0.3.0")],
+)
 def test_negotiate_picks_highest_common_version_up_to_cap(bindir: Path, cap: str, expected: str) -> None:
     plugin = version_plugin(bindir / "bridge", UP_TO_1_0)
     assert runner(bindir).negotiate(str(plugin), cap, "config.plugins[0].type") == expected
@@ -467,7 +509,7 @@ def test_negotiate_without_common_version_is_code_1(bindir: Path) -> None:
 
 
 def test_version_answer_without_supported_versions_is_code_7(bindir: Path) -> None:
-    plugin = sh_plugin(bindir / "mute", "cat >/dev/null\necho '{\"cniVersion\":\"1.0.0\"}'\n")
+    plugin = sh_plugin(bindir / "mute", 'cat >/dev/null\necho \'{"cniVersion":"1.0.0"}\'\n')
     with pytest.raises(CNIError) as info:
         runner(bindir).supported_versions(str(plugin))
     assert info.value.code == 7
@@ -489,10 +531,13 @@ def test_failing_version_command_is_not_cached(tmp_path: Path, bindir: Path) -> 
 
 CURRENT_RESULT = {
     "cniVersion": "1.1.0",
-    "interfaces": [{"name": "net1", "mac": "02:00:00:00:00:01", "sandbox": "/var/run/netns/pod",
-                    "pciID": "0000:3b:00.2"}],
-    "ips": [{"address": "10.1.0.5/24", "gateway": "10.1.0.1", "interface": 0},
-            {"address": "fd00::5/64", "interface": 0}],
+    "interfaces": [
+        {"name": "net1", "mac": "02:00:00:00:00:01", "sandbox": "/var/run/netns/pod", "pciID": "0000:3b:00.2"}
+    ],
+    "ips": [
+        {"address": "10.1.0.5/24", "gateway": "10.1.0.1", "interface": 0},
+        {"address": "fd00::5/64", "interface": 0},
+    ],
     "routes": [{"dst": "0.0.0.0/0", "gw": "10.1.0.1", "mtu": 1400}],
     "dns": {"nameservers": ["10.1.0.2"]},
 }
@@ -500,45 +545,72 @@ CURRENT_RESULT = {
 
 def test_delegate_config_injects_name_and_version() -> None:
     plugin = {"type": "bridge", "name": "its-own-name", "cniVersion": "0.3.1", "bridge": "br0"}
-    conf = delegate_config(plugin, network="macnet", version="1.0.0", runtime_config={}, extra_capabilities={},
-                           prev_result=None)
+    conf = delegate_config(
+        plugin, network="macnet", version="1.0.0", runtime_config={}, extra_capabilities={}, prev_result=None
+    )
     assert conf == {"type": "bridge", "name": "macnet", "cniVersion": "1.0.0", "bridge": "br0"}
     assert plugin["name"] == "its-own-name" and plugin["cniVersion"] == "0.3.1"  # input untouched
 
 
 def test_delegate_config_filters_runtime_config_to_capabilities() -> None:
-    plugin = {"type": "tuning", "capabilities": {"mac": True, "ips": True, "bandwidth": False},
-              "runtimeConfig": {"stale": 1}}
-    runtime = {"mac": "02:00:00:00:00:09", "ips": ["10.1.0.7/24"], "bandwidth": {"ingressRate": 1},
-               "portMappings": [{"hostPort": 80, "containerPort": 8080}], "infinibandGUID": "x"}
-    conf = delegate_config(plugin, network="n", version="1.0.0", runtime_config=runtime,
-                           extra_capabilities={"portMappings": True}, prev_result=None)
-    assert conf["runtimeConfig"] == {"mac": "02:00:00:00:00:09", "ips": ["10.1.0.7/24"],
-                                     "portMappings": [{"hostPort": 80, "containerPort": 8080}]}
+    plugin = {
+        "type": "tuning",
+        "capabilities": {"mac": True, "ips": True, "bandwidth": False},
+        "runtimeConfig": {"stale": 1},
+    }
+    runtime = {
+        "mac": "02:00:00:00:00:09",
+        "ips": ["10.1.0.7/24"],
+        "bandwidth": {"ingressRate": 1},
+        "portMappings": [{"hostPort": 80, "containerPort": 8080}],
+        "infinibandGUID": "x",
+    }
+    conf = delegate_config(
+        plugin,
+        network="n",
+        version="1.0.0",
+        runtime_config=runtime,
+        extra_capabilities={"portMappings": True},
+        prev_result=None,
+    )
+    assert conf["runtimeConfig"] == {
+        "mac": "02:00:00:00:00:09",
+        "ips": ["10.1.0.7/24"],
+        "portMappings": [{"hostPort": 80, "containerPort": 8080}],
+    }
     assert conf["capabilities"] == plugin["capabilities"]
     assert plugin["runtimeConfig"] == {"stale": 1}
 
 
 def test_delegate_config_drops_plugins_runtime_config_when_nothing_applies() -> None:
     plugin = {"type": "macvlan", "runtimeConfig": {"mac": "02:00:00:00:00:01"}}
-    conf = delegate_config(plugin, network="n", version="1.0.0", runtime_config={"mac": "02:aa:aa:aa:aa:aa"},
-                           extra_capabilities={}, prev_result=None)
+    conf = delegate_config(
+        plugin,
+        network="n",
+        version="1.0.0",
+        runtime_config={"mac": "02:aa:aa:aa:aa:aa"},
+        extra_capabilities={},
+        prev_result=None,
+    )
     assert "runtimeConfig" not in conf
     plugin = {"type": "macvlan", "capabilities": {"mac": True}, "runtimeConfig": {"mac": "old"}}
-    conf = delegate_config(plugin, network="n", version="1.0.0", runtime_config={}, extra_capabilities={},
-                           prev_result=None)
+    conf = delegate_config(
+        plugin, network="n", version="1.0.0", runtime_config={}, extra_capabilities={}, prev_result=None
+    )
     assert "runtimeConfig" not in conf
     # a capabilities value that is not an object declares nothing
     plugin = {"type": "macvlan", "capabilities": ["mac"]}
-    conf = delegate_config(plugin, network="n", version="1.0.0", runtime_config={"mac": "x"},
-                           extra_capabilities={}, prev_result=None)
+    conf = delegate_config(
+        plugin, network="n", version="1.0.0", runtime_config={"mac": "x"}, extra_capabilities={}, prev_result=None
+    )
     assert "runtimeConfig" not in conf
 
 
 def test_delegate_config_converts_prev_result_to_the_delegates_version() -> None:
     plugin = {"type": "tuning", "prevResult": {"cniVersion": "1.0.0", "stale": True}}
-    conf = delegate_config(plugin, network="n", version="0.4.0", runtime_config={}, extra_capabilities={},
-                           prev_result=CURRENT_RESULT)
+    conf = delegate_config(
+        plugin, network="n", version="0.4.0", runtime_config={}, extra_capabilities={}, prev_result=CURRENT_RESULT
+    )
     prev = conf["prevResult"]
     assert prev["cniVersion"] == "0.4.0"
     assert [ip["version"] for ip in prev["ips"]] == ["4", "6"]
@@ -548,27 +620,35 @@ def test_delegate_config_converts_prev_result_to_the_delegates_version() -> None
     assert "stale" not in prev
     assert "version" not in CURRENT_RESULT["ips"][0]  # input untouched
 
-    conf = delegate_config(plugin, network="n", version="1.0.0", runtime_config={}, extra_capabilities={},
-                           prev_result=CURRENT_RESULT)
+    conf = delegate_config(
+        plugin, network="n", version="1.0.0", runtime_config={}, extra_capabilities={}, prev_result=CURRENT_RESULT
+    )
     assert conf["prevResult"]["cniVersion"] == "1.0.0"
     assert all("version" not in ip for ip in conf["prevResult"]["ips"])
 
-    conf = delegate_config(plugin, network="n", version="1.1.0", runtime_config={}, extra_capabilities={},
-                           prev_result=CURRENT_RESULT)
+    conf = delegate_config(
+        plugin, network="n", version="1.1.0", runtime_config={}, extra_capabilities={}, prev_result=CURRENT_RESULT
+    )
     assert conf["prevResult"] == CURRENT_RESULT
 
     # No previous result: a prevResult the plugin entry carried is not passed on.
-    conf = delegate_config(plugin, network="n", version="1.0.0", runtime_config={}, extra_capabilities={},
-                           prev_result=None)
+    conf = delegate_config(
+        plugin, network="n", version="1.0.0", runtime_config={}, extra_capabilities={}, prev_result=None
+    )
     assert "prevResult" not in conf
 
 
 def test_delegate_config_end_to_end_through_exec(bindir: Path) -> None:
     """What a delegate actually reads on stdin is the delegate_config object."""
     plugin = py_plugin(bindir / "recorder", RECORDER)
-    conf = delegate_config({"type": "recorder", "capabilities": {"mac": True}}, network="macnet", version="0.4.0",
-                           runtime_config={"mac": "02:00:00:00:00:01", "ips": ["x"]}, extra_capabilities={},
-                           prev_result=CURRENT_RESULT)
+    conf = delegate_config(
+        {"type": "recorder", "capabilities": {"mac": True}},
+        network="macnet",
+        version="0.4.0",
+        runtime_config={"mac": "02:00:00:00:00:01", "ips": ["x"]},
+        extra_capabilities={},
+        prev_result=CURRENT_RESULT,
+    )
     run_add(runner(bindir), plugin, conf)
     (call,) = calls(plugin)
     received = json.loads(call["stdin"])

@@ -32,8 +32,15 @@ NODE = "node-a"
 DRIVER_A = "a.dracni.io"
 DRIVER_B = "b.example.com"
 NS = "team-1"
-READY = [{"type": "Ready", "status": "True", "reason": "NetworkInterfaceReady", "message": "net1 configured",
-          "lastTransitionTime": "2025-01-01T00:00:00Z"}]
+READY = [
+    {
+        "type": "Ready",
+        "status": "True",
+        "reason": "NetworkInterfaceReady",
+        "message": "net1 configured",
+        "lastTransitionTime": "2025-01-01T00:00:00Z",
+    }
+]
 
 
 # -- fixtures and helpers ----------------------------------------------------------------------------
@@ -78,25 +85,39 @@ def allocation(*devices: tuple[str, str]) -> dict:
 def allocated_claim(fake: FakeApiServer, name: str = "c1", *devices: tuple[str, str]) -> dict:
     devices = devices or ((DRIVER_A, "eth1"), (DRIVER_A, "eth3"), (DRIVER_B, "eth2"))
     fake.create_claim(claim(name))
-    return fake.set_claim_allocation(NS, name, allocation(*devices),
-                                     [{"resource": "pods", "name": "pod-1", "uid": "0b6c7bd8-0000-4000-8000-000000000001"}])
+    return fake.set_claim_allocation(
+        NS,
+        name,
+        allocation(*devices),
+        [{"resource": "pods", "name": "pod-1", "uid": "0b6c7bd8-0000-4000-8000-000000000001"}],
+    )
 
 
 def entry(driver: str, device: str, *, ips: list[str] | None = None, **extra) -> dict:
-    item = {"driver": driver, "pool": NODE, "device": device, "conditions": READY,
-            "networkData": {"interfaceName": "net1", "ips": ips if ips is not None else ["10.0.0.5/24"]}}
+    item = {
+        "driver": driver,
+        "pool": NODE,
+        "device": device,
+        "conditions": READY,
+        "networkData": {"interfaceName": "net1", "ips": ips if ips is not None else ["10.0.0.5/24"]},
+    }
     item.update(extra)
     return item
 
 
 def status_body(name: str, devices: list[dict], namespace: str = NS) -> dict:
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": namespace}, "status": {"devices": devices}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "status": {"devices": devices},
+    }
 
 
 def apply(rapi, manager: str, devices: list[dict], name: str = "c1", force: bool | None = True):
     return rapi.patch_namespaced_resource_claim_status(
-        name, NS, status_body(name, devices), field_manager=manager, force=force, _content_type=APPLY_PATCH)
+        name, NS, status_body(name, devices), field_manager=manager, force=force, _content_type=APPLY_PATCH
+    )
 
 
 def device_ids(claim_obj) -> list[tuple[str, str]]:
@@ -109,11 +130,21 @@ def body_of(exc: ApiException) -> dict:
     return json.loads(exc.body)
 
 
-def slice_obj(name: str, node: str | None = NODE, driver: str = DRIVER_A, devices: list[dict] | None = None,
-              labels: dict | None = None, **spec_extra) -> dict:
-    spec = {"driver": driver, "pool": {"name": node or "pool", "generation": 1, "resourceSliceCount": 1},
-            "devices": devices if devices is not None else [
-                {"name": "eth1", "attributes": {"dracni.io/ifName": {"string": "eth1"}, "mtu": {"int": 1500}}}]}
+def slice_obj(
+    name: str,
+    node: str | None = NODE,
+    driver: str = DRIVER_A,
+    devices: list[dict] | None = None,
+    labels: dict | None = None,
+    **spec_extra,
+) -> dict:
+    spec = {
+        "driver": driver,
+        "pool": {"name": node or "pool", "generation": 1, "resourceSliceCount": 1},
+        "devices": devices
+        if devices is not None
+        else [{"name": "eth1", "attributes": {"dracni.io/ifName": {"string": "eth1"}, "mtu": {"int": 1500}}}],
+    }
     if node:
         spec["nodeName"] = node
     spec.update(spec_extra)
@@ -123,13 +154,24 @@ def slice_obj(name: str, node: str | None = NODE, driver: str = DRIVER_A, device
     return obj
 
 
-def raw_call(api_client: client.ApiClient, method: str, path: str, body, response_type: str,
-             content_type: str = "application/json", query: list | None = None):
+def raw_call(
+    api_client: client.ApiClient,
+    method: str,
+    path: str,
+    body,
+    response_type: str,
+    content_type: str = "application/json",
+    query: list | None = None,
+):
     """A request the typed API methods would not send, with the client's auth and error handling."""
     params = api_client.param_serialize(
-        method=method, resource_path=path, query_params=query or [],
-        header_params={"Content-Type": content_type, "Accept": "application/json"}, body=body,
-        auth_settings=["BearerToken"])
+        method=method,
+        resource_path=path,
+        query_params=query or [],
+        header_params={"Content-Type": content_type, "Accept": "application/json"},
+        body=body,
+        auth_settings=["BearerToken"],
+    )
     resp = api_client.call_api(*params)
     resp.read()
     return api_client.response_deserialize(resp, {"200": response_type, "201": response_type}).data
@@ -164,9 +206,15 @@ def test_missing_claim_is_404_with_a_status_body(fake, rapi):
         rapi.read_namespaced_resource_claim("nope", NS)
     assert info.value.status == 404
     assert body_of(info.value) == {
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": 'resourceclaims.resource.k8s.io "nope" not found', "reason": "NotFound",
-        "details": {"name": "nope", "group": "resource.k8s.io", "kind": "resourceclaims"}, "code": 404}
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'resourceclaims.resource.k8s.io "nope" not found',
+        "reason": "NotFound",
+        "details": {"name": "nope", "group": "resource.k8s.io", "kind": "resourceclaims"},
+        "code": 404,
+    }
     with pytest.raises(NotFoundException):
         rapi.read_namespaced_resource_claim("c1", "no-such-namespace")
 
@@ -177,7 +225,10 @@ def test_list_in_a_namespace_and_across_namespaces(fake, rapi):
     fake.create_claim(claim("c", "ns-2"))
     everywhere = rapi.list_resource_claim_for_all_namespaces()
     assert [(c.metadata.namespace, c.metadata.name) for c in everywhere.items] == [
-        ("ns-1", "a"), ("ns-2", "b"), ("ns-2", "c")]
+        ("ns-1", "a"),
+        ("ns-2", "b"),
+        ("ns-2", "c"),
+    ]
     assert everywhere.metadata.resource_version == fake.resource_version
     assert everywhere.kind == "ResourceClaimList"
     assert everywhere.items[0].kind is None  # like kube-apiserver: list items carry no kind
@@ -240,7 +291,8 @@ def test_update_with_a_stale_resource_version_is_409(fake, rapi):
     assert body_of(info.value)["reason"] == "Conflict"
     assert body_of(info.value)["message"] == (
         'Operation cannot be fulfilled on resourceclaims.resource.k8s.io "c1": the object has been modified; '
-        "please apply your changes to the latest version and try again")
+        "please apply your changes to the latest version and try again"
+    )
 
 
 def test_claim_spec_is_immutable(fake, rapi):
@@ -287,7 +339,10 @@ def test_watch_replays_added_modified_deleted_after_a_resource_version(fake, rap
     assert all(isinstance(e["object"], client.ResourceV1ResourceClaim) for e in events)
     assert events[1]["object"].status.allocation.devices.results[0].device == "eth1"
     assert [e["raw_object"]["metadata"]["resourceVersion"] for e in events] == [
-        str(int(start) + 1), str(int(start) + 2), str(int(start) + 3)]
+        str(int(start) + 1),
+        str(int(start) + 2),
+        str(int(start) + 3),
+    ]
     assert w.resource_version == fake.resource_version
 
 
@@ -305,8 +360,11 @@ def test_watch_delivers_live_events_and_stops(fake, rapi):
     w = watch.Watch(return_type=client.ResourceV1ResourceClaim)
 
     def run():
-        for event in w.stream(rapi.list_resource_claim_for_all_namespaces,
-                              resource_version=listed.metadata.resource_version, timeout_seconds=10):
+        for event in w.stream(
+            rapi.list_resource_claim_for_all_namespaces,
+            resource_version=listed.metadata.resource_version,
+            timeout_seconds=10,
+        ):
             seen.append((event["type"], event["object"].metadata.name))
             if event["type"] == "DELETED":
                 w.stop()
@@ -328,8 +386,9 @@ def test_watch_needs_an_explicit_return_type_for_claims(fake, rapi):
         next(watch.Watch().stream(rapi.list_resource_claim_for_all_namespaces, timeout_seconds=1))
     # return_type="object" makes the client hand out plain dicts (no pydantic models at all).
     fake.create_claim(claim("c1"))
-    events = collect(watch.Watch(return_type="object").stream(
-        rapi.list_resource_claim_for_all_namespaces, timeout_seconds=1))
+    events = collect(
+        watch.Watch(return_type="object").stream(rapi.list_resource_claim_for_all_namespaces, timeout_seconds=1)
+    )
     assert [(e["type"], type(e["object"]), e["object"]["metadata"]["name"]) for e in events] == [("ADDED", dict, "c1")]
     # Slices and nodes are fine without it.
     assert collect(watch.Watch().stream(rapi.list_resource_slice, timeout_seconds=1)) == []
@@ -354,8 +413,11 @@ def test_watch_410_without_timeout_is_retried_once_then_raised(fake, rapi):
     fake.create_claim(claim("c1"))
     fake.compact()
     with pytest.raises(ApiException) as info:
-        collect(watch.Watch(return_type=client.ResourceV1ResourceClaim).stream(
-            rapi.list_namespaced_resource_claim, NS, resource_version=old))
+        collect(
+            watch.Watch(return_type=client.ResourceV1ResourceClaim).stream(
+                rapi.list_namespaced_resource_claim, NS, resource_version=old
+            )
+        )
     assert info.value.status == 410
     watches = [r for r in fake.requests_to("GET", "/resourceclaims") if r.watch]
     assert [r.query["resourceVersion"] for r in watches] == [old, old]
@@ -368,10 +430,20 @@ def test_the_410_arrives_as_an_error_event_on_a_200_stream(fake, rapi):
     resp = rapi.list_namespaced_resource_claim(NS, watch=True, resource_version=old, _preload_content=False)
     assert resp.status == 200
     lines = [json.loads(line) for line in resp.data.splitlines() if line.strip()]
-    assert lines == [{"type": "ERROR", "object": {
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": f"too old resource version: {old} ({int(fake.resource_version) + 1})",
-        "reason": "Expired", "code": 410}}]
+    assert lines == [
+        {
+            "type": "ERROR",
+            "object": {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": f"too old resource version: {old} ({int(fake.resource_version) + 1})",
+                "reason": "Expired",
+                "code": 410,
+            },
+        }
+    ]
 
 
 def test_bounded_history_expires_old_resource_versions(tmp_path):
@@ -394,11 +466,21 @@ def test_watch_bookmarks_carry_the_resource_version(fake, rapi):
     start = fake.resource_version
     fake.create_claim(claim("c1"))
     w = watch.Watch(return_type=client.ResourceV1ResourceClaim)
-    events = collect(w.stream(rapi.list_namespaced_resource_claim, NS, resource_version=start,
-                              timeout_seconds=1, allow_watch_bookmarks=True))
+    events = collect(
+        w.stream(
+            rapi.list_namespaced_resource_claim,
+            NS,
+            resource_version=start,
+            timeout_seconds=1,
+            allow_watch_bookmarks=True,
+        )
+    )
     assert [e["type"] for e in events] == ["ADDED", "BOOKMARK"]
-    assert events[-1]["object"] == {"kind": "ResourceClaim", "apiVersion": "resource.k8s.io/v1",
-                                    "metadata": {"resourceVersion": fake.resource_version}}
+    assert events[-1]["object"] == {
+        "kind": "ResourceClaim",
+        "apiVersion": "resource.k8s.io/v1",
+        "metadata": {"resourceVersion": fake.resource_version},
+    }
     assert w.resource_version == fake.resource_version
 
 
@@ -407,8 +489,11 @@ def test_slice_watch_with_a_field_selector(fake, rapi):
     fake.create_slice(slice_obj("on-a"))
     fake.create_slice(slice_obj("on-b", node="node-b"))
     fake.delete_all_slices(node=NODE)  # kubelet start-up
-    events = collect(watch.Watch().stream(rapi.list_resource_slice, field_selector=f"spec.nodeName={NODE}",
-                                          resource_version=start, timeout_seconds=1))
+    events = collect(
+        watch.Watch().stream(
+            rapi.list_resource_slice, field_selector=f"spec.nodeName={NODE}", resource_version=start, timeout_seconds=1
+        )
+    )
     assert [(e["type"], e["object"].metadata.name) for e in events] == [("ADDED", "on-a"), ("DELETED", "on-a")]
     assert isinstance(events[0]["object"], client.V1ResourceSlice)
     assert [s["metadata"]["name"] for s in fake.list_slices()] == ["on-b"]
@@ -419,10 +504,13 @@ def test_stop_ends_running_watches(fake, rapi):
 
     def run():
         try:
-            collect(watch.Watch(return_type=client.ResourceV1ResourceClaim).stream(
-                rapi.list_resource_claim_for_all_namespaces, resource_version=fake.resource_version))
+            collect(
+                watch.Watch(return_type=client.ResourceV1ResourceClaim).stream(
+                    rapi.list_resource_claim_for_all_namespaces, resource_version=fake.resource_version
+                )
+            )
             outcome.append(None)
-        except BaseException as exc:  # noqa: BLE001 - whatever the client raises
+        except BaseException as exc:
             outcome.append(exc)
 
     thread = threading.Thread(target=run)
@@ -441,14 +529,19 @@ def test_apply_by_two_managers_keeps_both_drivers_entries(fake, rapi):
     result = apply(rapi, DRIVER_B, [entry(DRIVER_B, "eth2", ips=["fd00::5/64"])])
     assert device_ids(result) == [(DRIVER_A, "eth1"), (DRIVER_B, "eth2")]
     assert result.status.devices[1].network_data.ips == ["fd00::5/64"]
-    appliers = {(m.manager, m.operation, m.subresource) for m in result.metadata.managed_fields
-                if m.operation == "Apply"}
+    appliers = {
+        (m.manager, m.operation, m.subresource) for m in result.metadata.managed_fields if m.operation == "Apply"
+    }
     assert appliers == {(DRIVER_A, "Apply", "status"), (DRIVER_B, "Apply", "status")}
     a_fields = next(m.fields_v1 for m in result.metadata.managed_fields if m.manager == DRIVER_A)
     assert list(a_fields["f:status"]["f:devices"]) == ['k:{"device":"eth1","driver":"a.dracni.io","pool":"node-a"}']
     record = fake.requests[-1]
     assert (record.method, record.content_type, record.field_manager, record.query["force"]) == (
-        "PATCH", APPLY_PATCH, DRIVER_B, "true")
+        "PATCH",
+        APPLY_PATCH,
+        DRIVER_B,
+        "true",
+    )
     assert record.path == f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims/c1/status"
 
 
@@ -479,10 +572,16 @@ def test_apply_without_force_conflicts_with_another_managers_field(fake, rapi):
     body = body_of(info.value)
     path = '.status.devices[device="eth1",driver="a.dracni.io",pool="node-a"].networkData'
     assert body["reason"] == "Conflict" and body["code"] == 409
-    assert body["message"] == f'Apply failed with 1 conflict: conflict with "{DRIVER_A}" with subresource "status": {path}'
+    assert (
+        body["message"] == f'Apply failed with 1 conflict: conflict with "{DRIVER_A}" with subresource "status": {path}'
+    )
     assert body["details"]["causes"] == [
-        {"reason": "FieldManagerConflict", "message": f'conflict with "{DRIVER_A}" with subresource "status"',
-         "field": path}]
+        {
+            "reason": "FieldManagerConflict",
+            "message": f'conflict with "{DRIVER_A}" with subresource "status"',
+            "field": path,
+        }
+    ]
     assert fake.get_claim(NS, "c1") == before
     # The same value is no conflict: ownership is shared.
     shared = apply(rapi, "intruder", [entry(DRIVER_A, "eth1")], force=None)
@@ -492,11 +591,16 @@ def test_apply_without_force_conflicts_with_another_managers_field(fake, rapi):
 def test_force_takes_ownership_of_conflicting_fields(fake, rapi):
     allocated_claim(fake)
     apply(rapi, DRIVER_A, [entry(DRIVER_A, "eth1")])
-    taken = apply(rapi, "intruder", [{"driver": DRIVER_A, "pool": NODE, "device": "eth1",
-                                      "networkData": {"interfaceName": "net9"}}], force=True)
+    taken = apply(
+        rapi,
+        "intruder",
+        [{"driver": DRIVER_A, "pool": NODE, "device": "eth1", "networkData": {"interfaceName": "net9"}}],
+        force=True,
+    )
     assert taken.status.devices[0].network_data.interface_name == "net9"
-    owners = {m.manager: m.fields_v1["f:status"]["f:devices"] for m in taken.metadata.managed_fields
-              if m.operation == "Apply"}
+    owners = {
+        m.manager: m.fields_v1["f:status"]["f:devices"] for m in taken.metadata.managed_fields if m.operation == "Apply"
+    }
     key = 'k:{"device":"eth1","driver":"a.dracni.io","pool":"node-a"}'
     assert "f:networkData" in owners["intruder"][key] and "f:networkData" not in owners[DRIVER_A][key]
     # The original manager now leaves the entry: the fields only it owned go, the rest stays.
@@ -508,8 +612,15 @@ def test_force_takes_ownership_of_conflicting_fields(fake, rapi):
 def test_apply_accepts_a_yaml_body(fake, api_client):
     allocated_claim(fake)
     text = yaml.safe_dump(status_body("c1", [entry(DRIVER_A, "eth1")]))
-    result = raw_call(api_client, "PATCH", f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims/c1/status", text,
-                      "ResourceV1ResourceClaim", APPLY_PATCH, [("fieldManager", DRIVER_A), ("force", True)])
+    result = raw_call(
+        api_client,
+        "PATCH",
+        f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims/c1/status",
+        text,
+        "ResourceV1ResourceClaim",
+        APPLY_PATCH,
+        [("fieldManager", DRIVER_A), ("force", True)],
+    )
     assert device_ids(result) == [(DRIVER_A, "eth1")]
     assert fake.requests[-1].body["status"]["devices"][0]["device"] == "eth1"
 
@@ -519,10 +630,12 @@ def test_apply_needs_a_field_manager_and_a_kind(fake, rapi):
     with pytest.raises(UnprocessableEntityException) as info:
         apply(rapi, None, [entry(DRIVER_A, "eth1")])
     assert body_of(info.value)["message"] == (
-        'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch')
+        'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch'
+    )
     with pytest.raises(ApiException) as info:
-        rapi.patch_namespaced_resource_claim_status("c1", NS, {"status": {"devices": []}}, field_manager=DRIVER_A,
-                                                    _content_type=APPLY_PATCH)
+        rapi.patch_namespaced_resource_claim_status(
+            "c1", NS, {"status": {"devices": []}}, field_manager=DRIVER_A, _content_type=APPLY_PATCH
+        )
     assert info.value.status == 400
 
 
@@ -538,8 +651,13 @@ def test_conditions_come_back_in_go_form(fake, rapi):
     condition = {"type": "Ready", "status": "True", "reason": "Ok", "lastTransitionTime": "2025-01-01T01:00:00+01:00"}
     result = apply(rapi, DRIVER_A, [{"driver": DRIVER_A, "pool": NODE, "device": "eth1", "conditions": [condition]}])
     raw = fake.get_claim(NS, "c1")["status"]["devices"][0]["conditions"][0]
-    assert raw == {"type": "Ready", "status": "True", "reason": "Ok", "message": "",
-                   "lastTransitionTime": "2025-01-01T00:00:00Z"}
+    assert raw == {
+        "type": "Ready",
+        "status": "True",
+        "reason": "Ok",
+        "message": "",
+        "lastTransitionTime": "2025-01-01T00:00:00Z",
+    }
     assert result.status.devices[0].conditions[0].message == ""
 
 
@@ -549,8 +667,8 @@ def test_merge_patch_replaces_the_whole_list_and_wipes_other_drivers(fake, rapi)
     apply(rapi, DRIVER_A, [entry(DRIVER_A, "eth1")])
     apply(rapi, DRIVER_B, [entry(DRIVER_B, "eth2")])
     result = rapi.patch_namespaced_resource_claim_status(
-        "c1", NS, {"status": {"devices": [entry(DRIVER_A, "eth1")]}}, field_manager=DRIVER_A,
-        _content_type=MERGE_PATCH)
+        "c1", NS, {"status": {"devices": [entry(DRIVER_A, "eth1")]}}, field_manager=DRIVER_A, _content_type=MERGE_PATCH
+    )
     assert device_ids(result) == [(DRIVER_A, "eth1")]  # DRIVER_B's entry is gone
     assert fake.requests[-1].content_type == MERGE_PATCH
 
@@ -578,8 +696,9 @@ def test_put_status_checks_the_resource_version(fake, rapi):
     current["status"]["devices"] = [entry(DRIVER_A, "eth1")]
     updated = rapi.replace_namespaced_resource_claim_status("c1", NS, current, field_manager="writer")
     assert device_ids(updated) == [(DRIVER_A, "eth1")]
-    assert ("writer", "Update", "status") in {(m.manager, m.operation, m.subresource)
-                                              for m in updated.metadata.managed_fields}
+    assert ("writer", "Update", "status") in {
+        (m.manager, m.operation, m.subresource) for m in updated.metadata.managed_fields
+    }
     current["status"]["devices"] = []
     with pytest.raises(ConflictException) as info:
         rapi.replace_namespaced_resource_claim_status("c1", NS, current)
@@ -604,18 +723,36 @@ def test_put_status_ignores_spec_changes(fake, rapi):
 @pytest.mark.parametrize(
     ("device", "field", "fragment"),
     [
-        (entry(DRIVER_A, "eth9"), "status.devices[0]",
-         'Invalid value: "a.dracni.io/node-a/eth9": must be an allocated device in the claim'),
-        (entry(DRIVER_A, "eth1", ips=["10.0.0.300/24"]), "status.devices[0].networkData.ips[0]",
-         'Invalid value: "10.0.0.300/24": must be a valid address in CIDR form'),
-        (entry(DRIVER_A, "eth1", ips=["10.0.0.5"]), "status.devices[0].networkData.ips[0]",
-         'Invalid value: "10.0.0.5": must be a valid address in CIDR form'),
-        (entry(DRIVER_A, "eth1", ips=[f"10.0.0.{i}/24" for i in range(1, 18)]), "status.devices[0].networkData.ips",
-         "Too many: 17: must have at most 16 items"),
-        (entry(DRIVER_A, "eth1", data={"blob": "x" * (10 * 1024)}), "status.devices[0].data",
-         "Too long: may not be more than 10240 bytes"),
-        (entry(DRIVER_A, "eth1", conditions=[{**READY[0], "reason": ""}]), "status.devices[0].conditions[0].reason",
-         "Required value"),
+        (
+            entry(DRIVER_A, "eth9"),
+            "status.devices[0]",
+            'Invalid value: "a.dracni.io/node-a/eth9": must be an allocated device in the claim',
+        ),
+        (
+            entry(DRIVER_A, "eth1", ips=["10.0.0.300/24"]),
+            "status.devices[0].networkData.ips[0]",
+            'Invalid value: "10.0.0.300/24": must be a valid address in CIDR form',
+        ),
+        (
+            entry(DRIVER_A, "eth1", ips=["10.0.0.5"]),
+            "status.devices[0].networkData.ips[0]",
+            'Invalid value: "10.0.0.5": must be a valid address in CIDR form',
+        ),
+        (
+            entry(DRIVER_A, "eth1", ips=[f"10.0.0.{i}/24" for i in range(1, 18)]),
+            "status.devices[0].networkData.ips",
+            "Too many: 17: must have at most 16 items",
+        ),
+        (
+            entry(DRIVER_A, "eth1", data={"blob": "x" * (10 * 1024)}),
+            "status.devices[0].data",
+            "Too long: may not be more than 10240 bytes",
+        ),
+        (
+            entry(DRIVER_A, "eth1", conditions=[{**READY[0], "reason": ""}]),
+            "status.devices[0].conditions[0].reason",
+            "Required value",
+        ),
     ],
     ids=["not-allocated", "bad-ip", "not-cidr", "too-many-ips", "data-too-big", "no-reason"],
 )
@@ -632,8 +769,9 @@ def test_invalid_status_is_422_with_the_field_path(fake, rapi, device, field, fr
     assert any(c["field"] == field and fragment in c["message"] for c in body["details"]["causes"])
     assert fake.get_claim(NS, "c1") == before
     with pytest.raises(UnprocessableEntityException):  # the same rules for a merge patch
-        rapi.patch_namespaced_resource_claim_status("c1", NS, {"status": {"devices": [device]}},
-                                                    _content_type=MERGE_PATCH)
+        rapi.patch_namespaced_resource_claim_status(
+            "c1", NS, {"status": {"devices": [device]}}, _content_type=MERGE_PATCH
+        )
 
 
 def test_several_errors_are_aggregated(fake, rapi):
@@ -642,7 +780,10 @@ def test_several_errors_are_aggregated(fake, rapi):
         apply(rapi, DRIVER_A, [entry(DRIVER_A, "eth9", ips=["bad"])])
     body = body_of(info.value)
     assert body["message"].startswith('ResourceClaim.resource.k8s.io "c1" is invalid: [status.devices[0]: ')
-    assert {c["field"] for c in body["details"]["causes"]} == {"status.devices[0]", "status.devices[0].networkData.ips[0]"}
+    assert {c["field"] for c in body["details"]["causes"]} == {
+        "status.devices[0]",
+        "status.devices[0].networkData.ips[0]",
+    }
     assert {c["reason"] for c in body["details"]["causes"]} == {"FieldValueInvalid"}
 
 
@@ -716,7 +857,10 @@ def test_slice_deletecollection_with_a_field_selector(fake, rapi):
     assert [s["metadata"]["name"] for s in fake.list_slices()] == ["a2", "b1"]
     record = fake.requests[-1]
     assert (record.method, record.path, record.query["fieldSelector"]) == (
-        "DELETE", "/apis/resource.k8s.io/v1/resourceslices", f"spec.nodeName=node-a,spec.driver={DRIVER_A}")
+        "DELETE",
+        "/apis/resource.k8s.io/v1/resourceslices",
+        f"spec.nodeName=node-a,spec.driver={DRIVER_A}",
+    )
 
 
 def _devices(n: int) -> list[dict]:
@@ -729,31 +873,68 @@ def _devices(n: int) -> list[dict]:
         (lambda s: s["spec"].pop("driver"), "spec.driver", "Required value"),
         (lambda s: s["spec"].update(driver="Not_A_Domain"), "spec.driver", "Invalid value"),
         (lambda s: s["spec"].pop("pool"), "spec.pool.name", "Required value"),
-        (lambda s: s["spec"]["pool"].update(resourceSliceCount=0), "spec.pool.resourceSliceCount",
-         "must be greater than zero"),
-        (lambda s: s["spec"].pop("nodeName"), "spec",
-         "Required value: exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required"),
+        (
+            lambda s: s["spec"]["pool"].update(resourceSliceCount=0),
+            "spec.pool.resourceSliceCount",
+            "must be greater than zero",
+        ),
+        (
+            lambda s: s["spec"].pop("nodeName"),
+            "spec",
+            "Required value: exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required",
+        ),
         (lambda s: s["spec"].update(allNodes=True), "spec", "but multiple fields are set"),
-        (lambda s: s["spec"].update(devices=_devices(129)), "spec.devices", "Too many: 129: must have at most 128 items"),
+        (
+            lambda s: s["spec"].update(devices=_devices(129)),
+            "spec.devices",
+            "Too many: 129: must have at most 128 items",
+        ),
         (lambda s: s["spec"].update(devices=[{"name": "Eth_1"}]), "spec.devices[0].name", "RFC 1123 label"),
-        (lambda s: s["spec"].update(devices=[{"name": "eth1"}, {"name": "eth1"}]), "spec.devices[1].name",
-         'Duplicate value: "eth1"'),
-        (lambda s: s["spec"]["devices"][0]["attributes"].update(both={"int": 1, "string": "x"}),
-         "spec.devices[0].attributes[both]", "exactly one value must be specified"),
-        (lambda s: s["spec"]["devices"][0]["attributes"].update(none={}),
-         "spec.devices[0].attributes[none]", "Required value: exactly one value must be specified"),
-        (lambda s: s["spec"]["devices"][0]["attributes"].update(long={"string": "x" * 65}),
-         "spec.devices[0].attributes[long].string", "Too long: may not be more than 64 bytes"),
-        (lambda s: s["spec"]["devices"][0]["attributes"].update({"1bad": {"int": 1}}),
-         "spec.devices[0].attributes[1bad]", "a valid C identifier"),
-        (lambda s: s["spec"]["devices"][0]["attributes"].update({"a" * 33: {"int": 1}}),
-         f"spec.devices[0].attributes[{'a' * 33}]", "Too long: may not be more than 32 bytes"),
-        (lambda s: s["spec"]["devices"][0]["attributes"].update({"Bad_Domain/x": {"int": 1}}),
-         "spec.devices[0].attributes[Bad_Domain/x]", "RFC 1123 subdomain"),
-        (lambda s: s["spec"]["devices"][0]["attributes"].update({f"a{i}": {"int": i} for i in range(31)}),
-         "spec.devices[0]", "Invalid value: 33: the total number of attributes and capacities must not exceed 32"),
-        (lambda s: s["spec"]["devices"][0]["attributes"].update(v={"version": "1.2"}),
-         "spec.devices[0].attributes[v].version", "must be a string compatible with semver.org spec 2.0.0"),
+        (
+            lambda s: s["spec"].update(devices=[{"name": "eth1"}, {"name": "eth1"}]),
+            "spec.devices[1].name",
+            'Duplicate value: "eth1"',
+        ),
+        (
+            lambda s: s["spec"]["devices"][0]["attributes"].update(both={"int": 1, "string": "x"}),
+            "spec.devices[0].attributes[both]",
+            "exactly one value must be specified",
+        ),
+        (
+            lambda s: s["spec"]["devices"][0]["attributes"].update(none={}),
+            "spec.devices[0].attributes[none]",
+            "Required value: exactly one value must be specified",
+        ),
+        (
+            lambda s: s["spec"]["devices"][0]["attributes"].update(long={"string": "x" * 65}),
+            "spec.devices[0].attributes[long].string",
+            "Too long: may not be more than 64 bytes",
+        ),
+        (
+            lambda s: s["spec"]["devices"][0]["attributes"].update({"1bad": {"int": 1}}),
+            "spec.devices[0].attributes[1bad]",
+            "a valid C identifier",
+        ),
+        (
+            lambda s: s["spec"]["devices"][0]["attributes"].update({"a" * 33: {"int": 1}}),
+            f"spec.devices[0].attributes[{'a' * 33}]",
+            "Too long: may not be more than 32 bytes",
+        ),
+        (
+            lambda s: s["spec"]["devices"][0]["attributes"].update({"Bad_Domain/x": {"int": 1}}),
+            "spec.devices[0].attributes[Bad_Domain/x]",
+            "RFC 1123 subdomain",
+        ),
+        (
+            lambda s: s["spec"]["devices"][0]["attributes"].update({f"a{i}": {"int": i} for i in range(31)}),
+            "spec.devices[0]",
+            "Invalid value: 33: the total number of attributes and capacities must not exceed 32",
+        ),
+        (
+            lambda s: s["spec"]["devices"][0]["attributes"].update(v={"version": "1.2"}),
+            "spec.devices[0].attributes[v].version",
+            "must be a string compatible with semver.org spec 2.0.0",
+        ),
     ],
 )
 def test_slice_validation_is_422_with_the_field_path(fake, api_client, change, field, fragment):
@@ -783,7 +964,7 @@ def test_slice_driver_and_node_are_immutable(fake, rapi):
     current.spec.driver = DRIVER_B
     with pytest.raises(UnprocessableEntityException) as info:
         rapi.replace_resource_slice("s1", current)
-    assert "spec.driver: Invalid value: \"b.example.com\": field is immutable" in body_of(info.value)["message"]
+    assert 'spec.driver: Invalid value: "b.example.com": field is immutable' in body_of(info.value)["message"]
 
 
 # -- nodes, discovery ------------------------------------------------------------------------------------
@@ -815,8 +996,15 @@ def test_bearer_token_is_required(fake, tmp_path):
     wrong = client_for(fake.write_kubeconfig(tmp_path / "wrong", token="not-the-token"))
     with pytest.raises(UnauthorizedException) as info:
         client.ResourceV1Api(wrong).list_resource_slice()
-    assert body_of(info.value) == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                                   "message": "Unauthorized", "reason": "Unauthorized", "code": 401}
+    assert body_of(info.value) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "Unauthorized",
+        "reason": "Unauthorized",
+        "code": 401,
+    }
     anonymous = client.Configuration()
     anonymous.host = fake.url
     with pytest.raises(UnauthorizedException):
@@ -838,7 +1026,8 @@ def test_authorizer_hook_answers_403(fake, rapi):
         apply(rapi, DRIVER_A, [entry(DRIVER_A, "eth1")])
     assert body_of(info.value)["message"] == (
         f'resourceclaims.resource.k8s.io "c1" is forbidden: User "{fake.user}" cannot patch resource '
-        f'"resourceclaims/status" in API group "resource.k8s.io" in the namespace "{NS}"')
+        f'"resourceclaims/status" in API group "resource.k8s.io" in the namespace "{NS}"'
+    )
     assert rapi.read_namespaced_resource_claim("c1", NS).metadata.name == "c1"
 
 
@@ -869,7 +1058,12 @@ def test_request_log(fake, rapi):
     rapi.list_namespaced_resource_claim(NS, label_selector="a=b")
     record = fake.requests[-1]
     assert (record.method, record.path, record.query, record.status, record.user) == (
-        "GET", f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims", {"labelSelector": "a=b"}, 200, fake.user)
+        "GET",
+        f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims",
+        {"labelSelector": "a=b"},
+        200,
+        fake.user,
+    )
     assert record.user_agent.startswith("OpenAPI-Generator/")
 
 

@@ -34,8 +34,8 @@ from kubernetes.client.exceptions import (
     UnprocessableEntityException,
 )
 
-from tests.fakes.apiserver import ipamclaim_schema as fake_module
 from tests.fakes.apiserver import APPLY_PATCH, MERGE_PATCH, ApiStatusError, FakeApiServer
+from tests.fakes.apiserver import ipamclaim_schema as fake_module
 from tests.unit.conftest import client_for
 
 GROUP = "k8s.cni.cncf.io"
@@ -44,8 +44,13 @@ PLURAL = "ipamclaims"
 NS = "vms"
 CRD_PATH = "spec/crds/ipamclaims.k8s.cni.cncf.io.yaml"
 IPS = ["10.0.0.5/24", "fd00::5/64"]
-ALLOCATED = {"type": "IPsAllocated", "status": "True", "reason": "SuccessfulAllocation", "message": "",
-             "lastTransitionTime": "2025-01-01T00:00:00Z"}
+ALLOCATED = {
+    "type": "IPsAllocated",
+    "status": "True",
+    "reason": "SuccessfulAllocation",
+    "message": "",
+    "lastTransitionTime": "2025-01-01T00:00:00Z",
+}
 
 
 # -- fixtures and helpers ----------------------------------------------------------------------------
@@ -66,8 +71,12 @@ def custom(api_client) -> client.CustomObjectsApi:
 
 
 def ipamclaim(name: str, network: str = "tenantred", interface: str = "pod16367aacb67", **meta) -> dict:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "IPAMClaim",
-            "metadata": {"name": name, **meta}, "spec": {"network": network, "interface": interface}}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "IPAMClaim",
+        "metadata": {"name": name, **meta},
+        "spec": {"network": network, "interface": interface},
+    }
 
 
 def body_of(exc: ApiException) -> dict:
@@ -86,21 +95,21 @@ def patch_status(custom: client.CustomObjectsApi, name: str, body: dict, **kwarg
     return custom.patch_namespaced_custom_object_status(GROUP, VERSION, NS, PLURAL, name, body, **kwargs)
 
 
-def apply_status(custom: client.CustomObjectsApi, name: str, status: dict, manager: str = "dracni",
-                 **kwargs) -> dict:
+def apply_status(custom: client.CustomObjectsApi, name: str, status: dict, manager: str = "dracni", **kwargs) -> dict:
     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "IPAMClaim", "metadata": {"name": name}, "status": status}
     return patch_status(custom, name, body, _content_type=APPLY_PATCH, field_manager=manager, **kwargs)
 
 
 def stream(custom: client.CustomObjectsApi, **kwargs) -> list[dict]:
     w = watch.Watch()
-    return list(w.stream(custom.list_namespaced_custom_object, GROUP, VERSION, NS, PLURAL, timeout_seconds=1,
-                         **kwargs))
+    return list(w.stream(custom.list_namespaced_custom_object, GROUP, VERSION, NS, PLURAL, timeout_seconds=1, **kwargs))
 
 
 def managers(obj: dict) -> dict[tuple[str, str, str], dict]:
-    return {(m["manager"], m["operation"], m.get("subresource", "")): m["fieldsV1"]
-            for m in obj["metadata"].get("managedFields") or []}
+    return {
+        (m["manager"], m["operation"], m.get("subresource", "")): m["fieldsV1"]
+        for m in obj["metadata"].get("managedFields") or []
+    }
 
 
 # -- the CRD in spec/crds ----------------------------------------------------------------------------
@@ -123,8 +132,12 @@ def test_crd_structure_matches_upstream():
     assert crd["metadata"]["name"] == f"{PLURAL}.{GROUP}"
     spec = crd["spec"]
     assert spec["group"] == GROUP and spec["scope"] == "Namespaced"
-    assert spec["names"] == {"kind": "IPAMClaim", "listKind": "IPAMClaimList", "plural": PLURAL,
-                             "singular": "ipamclaim"}
+    assert spec["names"] == {
+        "kind": "IPAMClaim",
+        "listKind": "IPAMClaimList",
+        "plural": PLURAL,
+        "singular": "ipamclaim",
+    }
     [version] = spec["versions"]
     assert (version["name"], version["served"], version["storage"]) == (VERSION, True, True)
     assert version["subresources"] == {"status": {}}
@@ -159,9 +172,14 @@ def test_discovery_lists_the_group_when_installed(fake, api_client):
     assert [g.name for g in groups.groups] == ["resource.k8s.io", GROUP]
     ours = groups.groups[1]
     assert ours.preferred_version.group_version == f"{GROUP}/{VERSION}"
-    raw = api_client.call_api(*api_client.param_serialize(
-        method="GET", resource_path=f"/apis/{GROUP}/{VERSION}", header_params={"Accept": "application/json"},
-        auth_settings=["BearerToken"]))
+    raw = api_client.call_api(
+        *api_client.param_serialize(
+            method="GET",
+            resource_path=f"/apis/{GROUP}/{VERSION}",
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+    )
     listing = json.loads(raw.read())
     assert listing["groupVersion"] == f"{GROUP}/{VERSION}"
     by_name = {r["name"]: r for r in listing["resources"]}
@@ -197,8 +215,12 @@ def test_without_the_crd_the_group_is_absent(tmp_path):
 # -- create / get / list / delete --------------------------------------------------------------------
 def test_create_and_get(fake, custom):
     created = custom.create_namespaced_custom_object(
-        GROUP, VERSION, NS, PLURAL, {**ipamclaim("vm-a.tenantred", labels={"kubevirt.io/vm": "vm-a"}),
-                                     "status": {"ips": IPS}, "bogus": 1})
+        GROUP,
+        VERSION,
+        NS,
+        PLURAL,
+        {**ipamclaim("vm-a.tenantred", labels={"kubevirt.io/vm": "vm-a"}), "status": {"ips": IPS}, "bogus": 1},
+    )
     assert created["apiVersion"] == f"{GROUP}/{VERSION}" and created["kind"] == "IPAMClaim"
     meta = created["metadata"]
     assert meta["namespace"] == NS and meta["uid"] and meta["generation"] == 1
@@ -237,10 +259,16 @@ def test_list_select_and_delete(fake, custom):
     listed = custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)
     assert listed["kind"] == "IPAMClaimList" and listed["apiVersion"] == f"{GROUP}/{VERSION}"
     assert [i["metadata"]["name"] for i in listed["items"]] == ["a.net1", "b.net1"]
-    assert [i["metadata"]["name"] for i in custom.list_namespaced_custom_object(
-        GROUP, VERSION, NS, PLURAL, label_selector="vm=b")["items"]] == ["b.net1"]
-    assert [i["metadata"]["name"] for i in custom.list_namespaced_custom_object(
-        GROUP, VERSION, NS, PLURAL, field_selector="metadata.name=a.net1")["items"]] == ["a.net1"]
+    assert [
+        i["metadata"]["name"]
+        for i in custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, label_selector="vm=b")["items"]
+    ] == ["b.net1"]
+    assert [
+        i["metadata"]["name"]
+        for i in custom.list_namespaced_custom_object(
+            GROUP, VERSION, NS, PLURAL, field_selector="metadata.name=a.net1"
+        )["items"]
+    ] == ["a.net1"]
     everywhere = custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
     assert sorted(i["metadata"]["name"] for i in everywhere["items"]) == ["a.net1", "b.net1", "c.net1"]
     with pytest.raises(ApiException) as info:
@@ -260,8 +288,11 @@ def test_list_select_and_delete(fake, custom):
 def test_status_put_keeps_spec_and_main_put_keeps_status(fake, custom):
     fake.create_ipamclaim(NS, "vm-a.net1", "net1", "pod1")
     current = get(custom, "vm-a.net1")
-    body = {**current, "spec": {"network": "other", "interface": "x"},
-            "status": {"ips": IPS, "ownerPod": {"name": "virt-launcher-vm-a-xyz"}}}
+    body = {
+        **current,
+        "spec": {"network": "other", "interface": "x"},
+        "status": {"ips": IPS, "ownerPod": {"name": "virt-launcher-vm-a-xyz"}},
+    }
     updated = custom.replace_namespaced_custom_object_status(GROUP, VERSION, NS, PLURAL, "vm-a.net1", body)
     assert updated["spec"] == {"network": "net1", "interface": "pod1"}  # the status endpoint ignores spec
     assert updated["status"] == {"ips": IPS, "ownerPod": {"name": "virt-launcher-vm-a-xyz"}}
@@ -290,29 +321,39 @@ def test_stale_resource_version_is_409(fake, custom):
     stale = get(custom, "vm-a.net1")
     fake.set_ipamclaim_status(NS, "vm-a.net1", {"ips": IPS})
     with pytest.raises(ConflictException) as info:
-        custom.replace_namespaced_custom_object_status(GROUP, VERSION, NS, PLURAL, "vm-a.net1",
-                                                       {**stale, "status": {"ips": ["10.9.9.9/24"]}})
+        custom.replace_namespaced_custom_object_status(
+            GROUP, VERSION, NS, PLURAL, "vm-a.net1", {**stale, "status": {"ips": ["10.9.9.9/24"]}}
+        )
     status = body_of(info.value)
     assert status["reason"] == "Conflict" and status["code"] == 409
-    assert status["message"] == (f'Operation cannot be fulfilled on {PLURAL}.{GROUP} "vm-a.net1": the object has '
-                                 "been modified; please apply your changes to the latest version and try again")
+    assert status["message"] == (
+        f'Operation cannot be fulfilled on {PLURAL}.{GROUP} "vm-a.net1": the object has '
+        "been modified; please apply your changes to the latest version and try again"
+    )
     with pytest.raises(ConflictException):
         custom.replace_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "vm-a.net1", stale)
     with pytest.raises(ConflictException):  # a merge patch carrying a stale resourceVersion
-        patch_status(custom, "vm-a.net1", {"metadata": {"resourceVersion": stale["metadata"]["resourceVersion"]},
-                                           "status": {"ips": ["10.9.9.9/24"]}})
+        patch_status(
+            custom,
+            "vm-a.net1",
+            {"metadata": {"resourceVersion": stale["metadata"]["resourceVersion"]}, "status": {"ips": ["10.9.9.9/24"]}},
+        )
     with pytest.raises(ConflictException):  # and an apply carrying one
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "IPAMClaim",
-                "metadata": {"name": "vm-a.net1", "resourceVersion": stale["metadata"]["resourceVersion"]},
-                "status": {"ips": IPS}}
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "IPAMClaim",
+            "metadata": {"name": "vm-a.net1", "resourceVersion": stale["metadata"]["resourceVersion"]},
+            "status": {"ips": IPS},
+        }
         patch_status(custom, "vm-a.net1", body, _content_type=APPLY_PATCH, field_manager="dracni")
     assert fake.get_ipamclaim(NS, "vm-a.net1")["status"] == {"ips": IPS}
     # Without a resourceVersion the write is unconditional.
     current = get(custom, "vm-a.net1")
     del current["metadata"]["resourceVersion"]
     current["status"] = {"ips": ["10.9.9.9/24"]}
-    assert custom.replace_namespaced_custom_object_status(
-        GROUP, VERSION, NS, PLURAL, "vm-a.net1", current)["status"]["ips"] == ["10.9.9.9/24"]
+    assert custom.replace_namespaced_custom_object_status(GROUP, VERSION, NS, PLURAL, "vm-a.net1", current)["status"][
+        "ips"
+    ] == ["10.9.9.9/24"]
 
 
 def test_invalid_writes_are_422_with_field_paths(fake, custom):
@@ -323,17 +364,26 @@ def test_invalid_writes_are_422_with_field_paths(fake, custom):
     assert status["reason"] == "Invalid" and status["code"] == 422
     assert status["details"]["group"] == GROUP and status["details"]["kind"] == "IPAMClaim"
     assert causes(info.value) == [("status.ips[1]", "FieldValueInvalid"), ("status.ips[2]", "FieldValueInvalid")]
-    assert status["message"].startswith(f'IPAMClaim.{GROUP} "vm-a.net1" is invalid: [status.ips[1]: Invalid value: '
-                                        '"10.0.0.6": must be a CIDR')
+    assert status["message"].startswith(
+        f'IPAMClaim.{GROUP} "vm-a.net1" is invalid: [status.ips[1]: Invalid value: "10.0.0.6": must be a CIDR'
+    )
 
     with pytest.raises(UnprocessableEntityException) as info:  # ips is required once status is set
         patch_status(custom, "vm-a.net1", {"status": {"ownerPod": {"name": "p"}}})
     assert causes(info.value) == [("status.ips", "FieldValueRequired")]
 
     with pytest.raises(UnprocessableEntityException) as info:
-        apply_status(custom, "vm-a.net1", {"ips": IPS, "ownerPod": "virt-launcher-x",
-                                           "conditions": [{"type": "IPsAllocated", "status": "Yes", "reason": "",
-                                                           "lastTransitionTime": "yesterday"}]})
+        apply_status(
+            custom,
+            "vm-a.net1",
+            {
+                "ips": IPS,
+                "ownerPod": "virt-launcher-x",
+                "conditions": [
+                    {"type": "IPsAllocated", "status": "Yes", "reason": "", "lastTransitionTime": "yesterday"}
+                ],
+            },
+        )
     assert causes(info.value) == [
         ("status.ownerPod", "FieldValueInvalid"),
         ("status.conditions[0].message", "FieldValueRequired"),
@@ -343,8 +393,9 @@ def test_invalid_writes_are_422_with_field_paths(fake, custom):
     ]
 
     with pytest.raises(UnprocessableEntityException) as info:
-        custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL,
-                                               {**ipamclaim("c2"), "spec": {"interface": "pod1", "network": 7}})
+        custom.create_namespaced_custom_object(
+            GROUP, VERSION, NS, PLURAL, {**ipamclaim("c2"), "spec": {"interface": "pod1", "network": 7}}
+        )
     assert causes(info.value) == [("spec.network", "FieldValueInvalid")]
     with pytest.raises(UnprocessableEntityException) as info:
         custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, {**ipamclaim("c2"), "spec": {}})
@@ -365,23 +416,30 @@ def test_invalid_writes_are_422_with_field_paths(fake, custom):
 
 def test_merge_patch_is_the_default_content_type(fake, custom):
     fake.create_ipamclaim(NS, "vm-a.net1", "net1", "pod1", ips=IPS)
-    patched = patch_status(custom, "vm-a.net1", {"status": {"ownerPod": {"name": "virt-launcher-a"},
-                                                            "conditions": [ALLOCATED]},
-                                                 "spec": {"network": "ignored"}})
+    patched = patch_status(
+        custom,
+        "vm-a.net1",
+        {
+            "status": {"ownerPod": {"name": "virt-launcher-a"}, "conditions": [ALLOCATED]},
+            "spec": {"network": "ignored"},
+        },
+    )
     assert fake.requests_to("PATCH")[-1].content_type == MERGE_PATCH
     assert patched["status"] == {"ips": IPS, "ownerPod": {"name": "virt-launcher-a"}, "conditions": [ALLOCATED]}
     assert patched["spec"]["network"] == "net1"
     # Explicitly asking for it is the same; null removes a field (lists are replaced whole).
-    patched = patch_status(custom, "vm-a.net1", {"status": {"conditions": None, "ips": IPS[:1]}},
-                           _content_type=MERGE_PATCH)
+    patched = patch_status(
+        custom, "vm-a.net1", {"status": {"conditions": None, "ips": IPS[:1]}}, _content_type=MERGE_PATCH
+    )
     assert patched["status"] == {"ips": IPS[:1], "ownerPod": {"name": "virt-launcher-a"}}
     # A JSON patch content type with a dict body becomes a strategic merge patch: unsupported here.
     with pytest.raises(ApiException) as info:
         patch_status(custom, "vm-a.net1", {"status": {"ips": IPS}}, _content_type="application/json-patch+json")
     assert info.value.status == 415
     # Merge patch on the main resource: spec changes, status is left alone.
-    main = custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "vm-a.net1",
-                                                 {"spec": {"interface": "pod2"}, "status": {"ips": []}})
+    main = custom.patch_namespaced_custom_object(
+        GROUP, VERSION, NS, PLURAL, "vm-a.net1", {"spec": {"interface": "pod2"}, "status": {"ips": []}}
+    )
     assert main["spec"] == {"network": "net1", "interface": "pod2"} and main["status"]["ips"] == IPS[:1]
     assert main["metadata"]["generation"] == 2
 
@@ -398,17 +456,22 @@ def test_server_side_apply_of_status(fake, custom):
     applied = apply_status(custom, "vm-a.net1", {"ips": IPS})
     assert applied["status"] == {"ips": IPS}
     # Applying the same again is a no-op.
-    assert apply_status(custom, "vm-a.net1", {"ips": IPS})["metadata"]["resourceVersion"] == \
-        applied["metadata"]["resourceVersion"]
+    assert (
+        apply_status(custom, "vm-a.net1", {"ips": IPS})["metadata"]["resourceVersion"]
+        == applied["metadata"]["resourceVersion"]
+    )
 
     # Another controller's Update takes ips over; applying a different value now conflicts.
-    fake.set_ipamclaim_status(NS, "vm-a.net1", {"ips": ["10.0.0.9/24"], "ownerPod": {"name": "p2"}},
-                              manager="ovnkube-controller")
+    fake.set_ipamclaim_status(
+        NS, "vm-a.net1", {"ips": ["10.0.0.9/24"], "ownerPod": {"name": "p2"}}, manager="ovnkube-controller"
+    )
     with pytest.raises(ConflictException) as info:
         apply_status(custom, "vm-a.net1", {"ips": IPS})
     status = body_of(info.value)
-    assert status["message"].startswith('Apply failed with 1 conflict: conflict with "ovnkube-controller" with '
-                                        f'subresource "status" using {GROUP}/{VERSION} at ')
+    assert status["message"].startswith(
+        'Apply failed with 1 conflict: conflict with "ovnkube-controller" with '
+        f'subresource "status" using {GROUP}/{VERSION} at '
+    )
     assert status["message"].endswith(": .status.ips")
     assert [c["field"] for c in status["details"]["causes"]] == [".status.ips"]
     # Applying the value already there shares ownership, no conflict; force takes the field.
@@ -421,8 +484,12 @@ def test_server_side_apply_of_status(fake, custom):
     assert owners[("ovnkube-controller", "Update", "status")] == {"f:status": {"f:ownerPod": {}}}
 
     with pytest.raises(UnprocessableEntityException):  # apply needs a field manager
-        patch_status(custom, "vm-a.net1", {"apiVersion": f"{GROUP}/{VERSION}", "kind": "IPAMClaim",
-                                           "status": {"ips": IPS}}, _content_type=APPLY_PATCH)
+        patch_status(
+            custom,
+            "vm-a.net1",
+            {"apiVersion": f"{GROUP}/{VERSION}", "kind": "IPAMClaim", "status": {"ips": IPS}},
+            _content_type=APPLY_PATCH,
+        )
     with pytest.raises(ApiException) as info:  # and apiVersion/kind
         patch_status(custom, "vm-a.net1", {"status": {"ips": IPS}}, _content_type=APPLY_PATCH, field_manager="x")
     assert info.value.status == 400
@@ -446,25 +513,35 @@ def test_watch_sees_status_changes_as_modified(fake, custom):
     # Across namespaces, and a deletion.
     custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "vm-a.net1")
     w = watch.Watch()
-    events = list(w.stream(custom.list_cluster_custom_object, GROUP, VERSION, PLURAL, resource_version=start,
-                           timeout_seconds=1))
+    events = list(
+        w.stream(custom.list_cluster_custom_object, GROUP, VERSION, PLURAL, resource_version=start, timeout_seconds=1)
+    )
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
-        ("MODIFIED", "vm-a.net1"), ("ADDED", "elsewhere"), ("DELETED", "vm-a.net1")]
+        ("MODIFIED", "vm-a.net1"),
+        ("ADDED", "elsewhere"),
+        ("DELETED", "vm-a.net1"),
+    ]
 
 
 # -- helpers and authorization -----------------------------------------------------------------------
 def test_helpers(fake, custom):
-    created = fake.create_ipamclaim("new-ns", "vm-b.net1", "net1", ips=IPS, owner_pod="virt-launcher-b",
-                                    conditions=[ALLOCATED],
-                                    owner_references=[{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
-                                                       "name": "vm-b", "uid": "u-1"}])
+    created = fake.create_ipamclaim(
+        "new-ns",
+        "vm-b.net1",
+        "net1",
+        ips=IPS,
+        owner_pod="virt-launcher-b",
+        conditions=[ALLOCATED],
+        owner_references=[{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": "vm-b", "uid": "u-1"}],
+    )
     assert created["spec"] == {"network": "net1"}  # interface=None leaves it out
     assert created["status"] == {"ips": IPS, "ownerPod": {"name": "virt-launcher-b"}, "conditions": [ALLOCATED]}
     assert created["metadata"]["ownerReferences"][0]["name"] == "vm-b"
     assert get(custom, "vm-b.net1", "new-ns") == created == fake.get_ipamclaim("new-ns", "vm-b.net1")
     assert ("ovnkube-controller", "Update", "status") not in managers(created)
     assert managers(created)[("virt-controller", "Update", "status")] == {
-        "f:status": {"f:conditions": {}, "f:ips": {}, "f:ownerPod": {}}}
+        "f:status": {"f:conditions": {}, "f:ips": {}, "f:ownerPod": {}}
+    }
     with pytest.raises(ApiStatusError) as err:
         fake.create_ipamclaim("new-ns", "vm-b.net1", "net1")
     assert err.value.code == 409
@@ -490,6 +567,9 @@ def test_authorizer_sees_group_resource_and_subresource(fake, custom):
         patch_status(custom, "vm-a.net1", {"status": {"ips": IPS}})
     assert body_of(info.value)["message"] == (
         f'{PLURAL}.{GROUP} "vm-a.net1" is forbidden: User "{fake.user}" cannot patch resource '
-        f'"{PLURAL}/status" in API group "{GROUP}" in the namespace "{NS}"')
+        f'"{PLURAL}/status" in API group "{GROUP}" in the namespace "{NS}"'
+    )
     assert [(a.verb, a.group, a.resource, a.subresource, a.namespace, a.name) for a in seen] == [
-        ("get", GROUP, PLURAL, "", NS, "vm-a.net1"), ("patch", GROUP, PLURAL, "status", NS, "vm-a.net1")]
+        ("get", GROUP, PLURAL, "", NS, "vm-a.net1"),
+        ("patch", GROUP, PLURAL, "status", NS, "vm-a.net1"),
+    ]

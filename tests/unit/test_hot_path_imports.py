@@ -20,8 +20,21 @@ import pytest
 from dracni.state.store import StateDir
 from tests.harness import DRACNI_BINARY
 
-FORBIDDEN = ("kubernetes", "grpc", "pyroute2", "filelock", "orjson", "jsonschema", "yaml", "click",
-             "logging", "typing", "dataclasses", "asyncio", "inspect")
+FORBIDDEN = (
+    "kubernetes",
+    "grpc",
+    "pyroute2",
+    "filelock",
+    "orjson",
+    "jsonschema",
+    "yaml",
+    "click",
+    "logging",
+    "typing",
+    "dataclasses",
+    "asyncio",
+    "inspect",
+)
 K8S_ARGS = "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;K8S_POD_UID=pod-uid-1"
 
 # The driver itself imports only what every interpreter has loaded anyway (sys, io, os).
@@ -58,15 +71,28 @@ def command(env: dict[str, str], conf: dict | None) -> str:
 def run_driver(*commands: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DRACNI_", "PYTHON"))}
     env["DRACNI_LOG_LEVEL"] = "error"
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(DRIVER), ",".join(FORBIDDEN), *commands],
-                          capture_output=True, text=True, env=env, cwd="/", timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(DRIVER), ",".join(FORBIDDEN), *commands],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd="/",
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
 
 def cni_env(command_name: str, cni_path: Path, **extra: str) -> dict[str, str]:
-    return {"CNI_COMMAND": command_name, "CNI_CONTAINERID": "c0ffee", "CNI_NETNS": "/var/run/netns/pod",
-            "CNI_IFNAME": "eth0", "CNI_PATH": str(cni_path), "CNI_ARGS": K8S_ARGS, **extra}
+    return {
+        "CNI_COMMAND": command_name,
+        "CNI_CONTAINERID": "c0ffee",
+        "CNI_NETNS": "/var/run/netns/pod",
+        "CNI_IFNAME": "eth0",
+        "CNI_PATH": str(cni_path),
+        "CNI_ARGS": K8S_ARGS,
+        **extra,
+    }
 
 
 def assert_clean(report: dict) -> None:
@@ -78,17 +104,28 @@ def test_passthrough_add_and_version_import_nothing_heavy(tmp_path: Path) -> Non
     cni_path = tmp_path / "bin"
     cni_path.mkdir()
     state_dir = tmp_path / "state"
-    conf = {"cniVersion": "1.0.0", "name": "cbr0", "type": "dracni", "stateDir": str(state_dir),
-            "prevResult": {"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": "/var/run/netns/pod"}],
-                           "ips": [{"address": "10.244.0.7/24", "interface": 0}]}}
-    report = run_driver(command(cni_env("ADD", cni_path), conf),
-                        command({"CNI_COMMAND": "VERSION"}, {"cniVersion": "1.0.0"}))
+    conf = {
+        "cniVersion": "1.0.0",
+        "name": "cbr0",
+        "type": "dracni",
+        "stateDir": str(state_dir),
+        "prevResult": {
+            "cniVersion": "1.0.0",
+            "interfaces": [{"name": "eth0", "sandbox": "/var/run/netns/pod"}],
+            "ips": [{"address": "10.244.0.7/24", "interface": 0}],
+        },
+    }
+    report = run_driver(
+        command(cni_env("ADD", cni_path), conf), command({"CNI_COMMAND": "VERSION"}, {"cniVersion": "1.0.0"})
+    )
     (add_rc, add_out), (ver_rc, ver_out) = report["outputs"]
     assert add_rc == 0, add_out
     assert json.loads(add_out) == conf["prevResult"]  # pass-through: the runtime's result unchanged
     assert ver_rc == 0
-    assert json.loads(ver_out) == {"cniVersion": "1.0.0",
-                                   "supportedVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]}
+    assert json.loads(ver_out) == {
+        "cniVersion": "1.0.0",
+        "supportedVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"],
+    }
     assert_clean(report)
 
 
@@ -97,22 +134,37 @@ def test_add_and_del_with_a_prepared_claim_import_nothing_heavy(tmp_path: Path) 
     cni_path = tmp_path / "bin"
     cni_path.mkdir()
     fake = cni_path / "fake-delegate"
-    fake.write_text(textwrap.dedent("""\
+    fake.write_text(
+        textwrap.dedent("""\
         #!/bin/sh
         cat >/dev/null
         case "$CNI_COMMAND" in
           VERSION) echo '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}' ;;
           ADD) echo '{"cniVersion":"1.0.0","interfaces":[{"name":"'"$CNI_IFNAME"'"}],"ips":[{"address":"10.9.0.2/24","interface":0}]}' ;;
         esac
-        """))
+        """)
+    )
     fake.chmod(0o755)
     state = StateDir(str(tmp_path / "state"))
-    state.put_claim({
-        "uid": "claim-uid-1", "namespace": "default", "name": "web-net", "driver": "dracni.io",
-        "pods": [{"uid": "pod-uid-1", "name": "web-0"}],
-        "devices": [{"request": "net", "pool": "node-a", "device": "d0", "shareID": None, "ifName": None,
-                     "config": {"cniVersion": "1.0.0", "name": "fakenet", "plugins": [{"type": "fake-delegate"}]}}],
-    })
+    state.put_claim(
+        {
+            "uid": "claim-uid-1",
+            "namespace": "default",
+            "name": "web-net",
+            "driver": "dracni.io",
+            "pods": [{"uid": "pod-uid-1", "name": "web-0"}],
+            "devices": [
+                {
+                    "request": "net",
+                    "pool": "node-a",
+                    "device": "d0",
+                    "shareID": None,
+                    "ifName": None,
+                    "config": {"cniVersion": "1.0.0", "name": "fakenet", "plugins": [{"type": "fake-delegate"}]},
+                }
+            ],
+        }
+    )
     conf = {"cniVersion": "1.0.0", "name": "cbr0", "type": "dracni", "stateDir": state.root}
     report = run_driver(command(cni_env("ADD", cni_path), conf), command(cni_env("DEL", cni_path), conf))
     (add_rc, add_out), (del_rc, del_out) = report["outputs"]
@@ -131,8 +183,10 @@ def test_frozen_binary_answers_version() -> None:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "CNI_COMMAND": "VERSION"}
     proc = subprocess.run([binary], input=b'{"cniVersion":"0.4.0"}', env=env, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
-    assert json.loads(proc.stdout) == {"cniVersion": "0.4.0",
-                                       "supportedVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]}
+    assert json.loads(proc.stdout) == {
+        "cniVersion": "0.4.0",
+        "supportedVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"],
+    }
     # and with no stdin at all (VERSION needs no config)
     proc = subprocess.run([binary], input=b"", env=env, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")

@@ -20,13 +20,18 @@ import pytest
 from click.testing import CliRunner
 
 from dracni import install as inst
-from dracni.install import bundle as inst_bundle
 from dracni.cli import main as cli_main
 from dracni.install import InstallError, NoPrimaryError
+from dracni.install import bundle as inst_bundle
 
-PRIMARY = {"cniVersion": "1.0.0", "name": "podnet",
-           "plugins": [{"type": "ptp", "ipam": {"type": "host-local", "subnet": "10.244.0.0/24"}},
-                       {"type": "portmap", "capabilities": {"portMappings": True}}]}
+PRIMARY = {
+    "cniVersion": "1.0.0",
+    "name": "podnet",
+    "plugins": [
+        {"type": "ptp", "ipam": {"type": "host-local", "subnet": "10.244.0.0/24"}},
+        {"type": "portmap", "capabilities": {"portMappings": True}},
+    ],
+}
 DRACNI_CONF = {"stateDir": "/var/lib/dracni", "logFile": "/var/log/dracni.log", "logLevel": "info"}
 
 FAKE_DRACNI = """#!/bin/sh
@@ -69,8 +74,10 @@ class ExecLoop:
         self.report: dict = {}
 
     def __enter__(self) -> "ExecLoop":
-        self.proc = subprocess.Popen([sys.executable, "-c", EXEC_LOOP, self.exe, str(self.stop_file),
-                                      json.dumps(sorted(self.expected))], stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", EXEC_LOOP, self.exe, str(self.stop_file), json.dumps(sorted(self.expected))],
+            stdout=subprocess.PIPE,
+        )
         deadline = time.monotonic() + 30
         while not Path(str(self.stop_file) + ".started").exists():
             assert time.monotonic() < deadline and self.proc.poll() is None, "exec loop did not start"
@@ -84,8 +91,17 @@ class ExecLoop:
 
 
 def version_json(tag: str) -> str:
-    return json.dumps({"cniVersion": "1.0.0", "supportedVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"],
-                       "bundle": tag, "padding": tag * 2000}) + "\n"
+    return (
+        json.dumps(
+            {
+                "cniVersion": "1.0.0",
+                "supportedVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"],
+                "bundle": tag,
+                "padding": tag * 2000,
+            }
+        )
+        + "\n"
+    )
 
 
 def make_bundle(path: Path, tag: str = "A") -> Path:
@@ -132,6 +148,7 @@ def versions(bin_dir: Path) -> set[str]:
 
 
 # -- the bundle -----------------------------------------------------------------------------------
+
 
 def test_install_links_a_hashed_copy_of_the_bundle(root: Path, bundle: Path) -> None:
     exe = inst.install_bundle(str(bundle), str(root / "bin"))
@@ -214,12 +231,15 @@ def test_install_repairs_a_damaged_copy(root: Path, bundle: Path) -> None:
     assert versions(root / "bin") == {exe.parent.name}
 
 
-@pytest.mark.parametrize("damage, message", [
-    ("no-exe", "no dracni executable"),
-    ("not-exec", "is not an executable file"),
-    ("no-internal", "no _internal/"),
-    ("escaping-link", "points outside the bundle"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("no-exe", "no dracni executable"),
+        ("not-exec", "is not an executable file"),
+        ("no-internal", "no _internal/"),
+        ("escaping-link", "points outside the bundle"),
+    ],
+)
 def test_install_refuses_what_is_not_a_bundle(root: Path, bundle: Path, damage: str, message: str) -> None:
     if damage == "no-exe":
         (bundle / "dracni").unlink()
@@ -270,6 +290,7 @@ def test_exec_never_fails_while_installs_switch_versions(root: Path, tmp_path: P
 
 # -- the chained conflist -----------------------------------------------------------------------------
 
+
 def test_find_primary_takes_the_first_config_in_libcni_order(root: Path) -> None:
     net = root / "net.d"
     assert not list(net.iterdir())
@@ -311,14 +332,25 @@ def test_render_chained_appends_dracni_to_a_conflist(root: Path) -> None:
 
 @pytest.mark.parametrize("name", ["10-bridge.conf", "10-bridge.json"])
 def test_a_single_plugin_conf_is_wrapped_into_a_list(root: Path, name: str) -> None:
-    conf = {"cniVersion": "0.4.0", "name": "mynet", "type": "bridge", "bridge": "cni0",
-            "ipam": {"type": "host-local", "subnet": "10.22.0.0/16"}}
+    conf = {
+        "cniVersion": "0.4.0",
+        "name": "mynet",
+        "type": "bridge",
+        "bridge": "cni0",
+        "ipam": {"type": "host-local", "subnet": "10.22.0.0/16"},
+    }
     primary = write_primary(root / "net.d", name, conf)
     assert inst.sync(str(root / "net.d"), {"logLevel": "debug"}) == str(primary)
     chained = read_json(root / "net.d" / "00-dracni.conflist")
-    assert chained == {"cniVersion": "0.4.0", "name": "mynet", "dracni.io/primary": name, "plugins": [
-        {"type": "bridge", "bridge": "cni0", "ipam": {"type": "host-local", "subnet": "10.22.0.0/16"}},
-        {"type": "dracni", "logLevel": "debug"}]}
+    assert chained == {
+        "cniVersion": "0.4.0",
+        "name": "mynet",
+        "dracni.io/primary": name,
+        "plugins": [
+            {"type": "bridge", "bridge": "cni0", "ipam": {"type": "host-local", "subnet": "10.22.0.0/16"}},
+            {"type": "dracni", "logLevel": "debug"},
+        ],
+    }
 
 
 MALFORMED = [
@@ -328,13 +360,22 @@ MALFORMED = [
     ("10-bad.conflist", json.dumps({"cniVersion": "1.0.0", "plugins": [{"type": "ptp"}]}), "no network 'name'"),
     ("10-bad.conflist", json.dumps({"cniVersion": "1.0.0", "name": "n"}), "no 'plugins' list"),
     ("10-bad.conflist", json.dumps({"cniVersion": "1.0.0", "name": "n", "plugins": []}), "no 'plugins' list"),
-    ("10-bad.conflist", json.dumps({"cniVersion": "1.0.0", "name": "n", "plugins": [{"ipam": {}}]}),
-     r"plugins\[0\] has no 'type'"),
+    (
+        "10-bad.conflist",
+        json.dumps({"cniVersion": "1.0.0", "name": "n", "plugins": [{"ipam": {}}]}),
+        r"plugins\[0\] has no 'type'",
+    ),
     ("10-bad.conf", json.dumps({"cniVersion": "1.0.0", "name": "n", "bridge": "cni0"}), "the plugin has no 'type'"),
-    ("10-bad.conflist", json.dumps({"cniVersion": "1.0.0", "name": "n",
-                                    "plugins": [{"type": "ptp"}, {"type": "dracni"}]}), "already chains dracni"),
-    ("10-bad.conflist", json.dumps({"cniVersion": "0.2.0", "name": "n", "plugins": [{"type": "ptp"}]}),
-     "cniVersion '0.2.0' is not one dracni speaks"),
+    (
+        "10-bad.conflist",
+        json.dumps({"cniVersion": "1.0.0", "name": "n", "plugins": [{"type": "ptp"}, {"type": "dracni"}]}),
+        "already chains dracni",
+    ),
+    (
+        "10-bad.conflist",
+        json.dumps({"cniVersion": "0.2.0", "name": "n", "plugins": [{"type": "ptp"}]}),
+        "cniVersion '0.2.0' is not one dracni speaks",
+    ),
 ]
 
 
@@ -439,7 +480,7 @@ class Watcher:
     def _run(self, conf_dir: str, **kw) -> None:
         try:
             inst.watch(conf_dir, DRACNI_CONF, stop=self.stop, **kw)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
+        except BaseException as exc:
             self.errors.append(exc)
 
     def __enter__(self) -> "Watcher":
@@ -470,8 +511,9 @@ def test_watch_started_before_the_primary_exists(root: Path) -> None:
         assert read_json(ours)["plugins"][-1] == {"type": "dracni", **DRACNI_CONF}
         # edited in place
         primary.write_text(json.dumps(dict(PRIMARY, plugins=[{"type": "bridge"}])))
-        wait_for(lambda: [p["type"] for p in read_json(ours)["plugins"]] == ["bridge", "dracni"],
-                 what="regenerated conflist")
+        wait_for(
+            lambda: [p["type"] for p in read_json(ours)["plugins"]] == ["bridge", "dracni"], what="regenerated conflist"
+        )
         # someone deletes ours: it comes back
         ours.unlink()
         wait_for(ours.exists, what="rewritten conflist")
@@ -527,6 +569,7 @@ def test_watch_follows_the_conf_dir_being_recreated(root: Path) -> None:
 
 # -- uninstall -----------------------------------------------------------------------------------------
 
+
 def test_uninstall_reverts_everything_and_is_idempotent(root: Path, bundle: Path) -> None:
     bin_dir, net = root / "bin", root / "net.d"
     (bin_dir / "ptp").write_text("#!/bin/sh\n")
@@ -552,6 +595,7 @@ def test_uninstall_leaves_a_dracni_it_did_not_install(root: Path) -> None:
 
 # -- the CLI ---------------------------------------------------------------------------------------------
 
+
 def cli(*args: str):
     return CliRunner().invoke(cli_main, list(args), catch_exceptions=False)
 
@@ -563,7 +607,10 @@ def test_cli_install_and_uninstall(root: Path, bundle: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "(unchanged)" not in result.output and "chains 10-podnet.conflist (written)" in result.output
     assert read_json(root / "net.d" / "00-dracni.conflist")["plugins"][-1] == {
-        "type": "dracni", "stateDir": "/var/lib/x", "logLevel": "debug"}
+        "type": "dracni",
+        "stateDir": "/var/lib/x",
+        "logLevel": "debug",
+    }
     result = cli("install", "--bundle-dir", str(bundle), *args, "--state-dir", "/var/lib/x", "--log-level", "debug")
     assert result.exit_code == 0 and result.output.count("(unchanged)") == 2, result.output
     result = cli("uninstall", *args)
@@ -575,17 +622,25 @@ def test_cli_install_errors_are_one_clear_line(root: Path, bundle: Path) -> None
     args = ["install", "--bundle-dir", str(bundle), "--bin-dir", str(root / "bin"), "--conf-dir", str(root / "net.d")]
     result = CliRunner().invoke(cli_main, args)
     assert result.exit_code == 1
-    assert result.output.strip().splitlines() [-1] == \
-        f"dracni: no CNI network config in {root / 'net.d'} yet: is the primary CNI installed?"
+    assert (
+        result.output.strip().splitlines()[-1]
+        == f"dracni: no CNI network config in {root / 'net.d'} yet: is the primary CNI installed?"
+    )
     (root / "net.d" / "10-bad.conflist").write_text("{")
     result = CliRunner().invoke(cli_main, args)
     assert result.exit_code == 1 and "Traceback" not in result.output
-    assert result.output.strip().splitlines()[-1].startswith(f"dracni: primary CNI config {root / 'net.d' / '10-bad.conflist'}: invalid JSON")
+    assert (
+        result.output.strip()
+        .splitlines()[-1]
+        .startswith(f"dracni: primary CNI config {root / 'net.d' / '10-bad.conflist'}: invalid JSON")
+    )
     assert not (root / "net.d" / "00-dracni.conflist").exists()
 
 
 def test_cli_install_needs_a_bundle_dir_when_not_frozen(root: Path) -> None:
-    result = CliRunner().invoke(cli_main, ["install", "--bin-dir", str(root / "bin"), "--conf-dir", str(root / "net.d")])
+    result = CliRunner().invoke(
+        cli_main, ["install", "--bin-dir", str(root / "bin"), "--conf-dir", str(root / "net.d")]
+    )
     assert result.exit_code == 2 and "--bundle-dir is required" in result.output
     result = CliRunner().invoke(cli_main, ["install", "--bundle-dir", str(root), "--state-dir", "relative"])
     assert result.exit_code == 2 and "must be an absolute path" in result.output
@@ -596,10 +651,25 @@ def test_cli_install_watch_until_sigterm(root: Path, bundle: Path) -> None:
 
     net = root / "net.d"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CNI_", "DRACNI_"))}
-    proc = subprocess.Popen([sys.executable, "-m", "dracni.entry", "install", "--watch", "--bundle-dir", str(bundle),
-                             "--bin-dir", str(root / "bin"), "--conf-dir", str(net)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                            cwd=Path(__file__).resolve().parents[2])
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dracni.entry",
+            "install",
+            "--watch",
+            "--bundle-dir",
+            str(bundle),
+            "--bin-dir",
+            str(root / "bin"),
+            "--conf-dir",
+            str(net),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     try:
         assert proc.stdout.readline().decode().startswith(str(root / "bin" / "dracni"))
         assert proc.stdout.readline().decode().startswith("watching")

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from dracni.kube.api import ApiError, KubeApi, load_api_client
 from dracni.claims.api_source import ClaimCache
+from dracni.kube.api import ApiError, KubeApi, load_api_client
 from dracni.kube.status_sink import ApiStatusSink
 from dracni.kubelet.helper import ClaimRef
 from dracni.kubelet.helper import KubeletPluginHelper as Preparer
@@ -19,8 +19,11 @@ from tests.fakes.apiserver import FakeApiServer
 
 DRIVER = "dracni.io"
 NODE = "node-a"
-PARAMS = {"apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachment",
-          "config": {"cniVersion": "1.0.0", "name": "mv", "plugins": [{"type": "macvlan", "master": "eth1"}]}}
+PARAMS = {
+    "apiVersion": "dracni.io/v1alpha1",
+    "kind": "NetworkAttachment",
+    "config": {"cniVersion": "1.0.0", "name": "mv", "plugins": [{"type": "macvlan", "master": "eth1"}]},
+}
 
 
 @pytest.fixture
@@ -41,23 +44,50 @@ def api(api_client) -> KubeApi:
 
 def make_claim(fake: FakeApiServer, name: str, *, pool: str = NODE, allocate: bool = True) -> dict:
     opaque = {"driver": DRIVER, "parameters": PARAMS}
-    fake.create_claim({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                       "metadata": {"name": name, "namespace": "default"},
-                       "spec": {"devices": {"requests": [{"name": "net", "exactly": {"deviceClassName": DRIVER}}],
-                                            "config": [{"requests": ["net"], "opaque": opaque}]}}})
+    fake.create_claim(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "net", "exactly": {"deviceClassName": DRIVER}}],
+                    "config": [{"requests": ["net"], "opaque": opaque}],
+                }
+            },
+        }
+    )
     if allocate:
-        fake.set_claim_allocation("default", name, {"devices": {
-            "results": [{"request": "net", "driver": DRIVER, "pool": pool, "device": "eth1"}],
-            "config": [{"source": "FromClaim", "requests": ["net"], "opaque": opaque}]}},
-            [{"resource": "pods", "name": "demo", "uid": "pod-uid-1"}])
+        fake.set_claim_allocation(
+            "default",
+            name,
+            {
+                "devices": {
+                    "results": [{"request": "net", "driver": DRIVER, "pool": pool, "device": "eth1"}],
+                    "config": [{"source": "FromClaim", "requests": ["net"], "opaque": opaque}],
+                }
+            },
+            [{"resource": "pods", "name": "demo", "uid": "pod-uid-1"}],
+        )
     return fake.get_claim("default", name)
 
 
 def entry(driver: str = DRIVER, ip: str = "10.0.0.5/24") -> dict:
-    return {"driver": driver, "pool": NODE, "device": "eth1",
-            "conditions": [{"type": "Ready", "status": "True", "reason": "NetworkInterfaceReady",
-                            "message": "net1 configured", "lastTransitionTime": "2026-11-21T05:00:00Z"}],
-            "networkData": {"interfaceName": "net1", "ips": [ip]}}
+    return {
+        "driver": driver,
+        "pool": NODE,
+        "device": "eth1",
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "NetworkInterfaceReady",
+                "message": "net1 configured",
+                "lastTransitionTime": "2026-11-21T05:00:00Z",
+            }
+        ],
+        "networkData": {"interfaceName": "net1", "ips": [ip]},
+    }
 
 
 def ref(claim: dict) -> ClaimRef:
@@ -131,11 +161,19 @@ def test_claim_cache_gets_on_a_miss(fake, api):
 
 def test_status_sink_applies_only_our_entries(fake, api):
     claim = make_claim(fake, "s")
-    fake.set_claim_allocation("default", "s", {**claim["status"]["allocation"], "devices": {
-        **claim["status"]["allocation"]["devices"],
-        "results": claim["status"]["allocation"]["devices"]["results"] + [
-            {"request": "net", "driver": "other.example.com", "pool": NODE, "device": "eth1"}]}},
-        claim["status"]["reservedFor"])
+    fake.set_claim_allocation(
+        "default",
+        "s",
+        {
+            **claim["status"]["allocation"],
+            "devices": {
+                **claim["status"]["allocation"]["devices"],
+                "results": claim["status"]["allocation"]["devices"]["results"]
+                + [{"request": "net", "driver": "other.example.com", "pool": NODE, "device": "eth1"}],
+            },
+        },
+        claim["status"]["reservedFor"],
+    )
     other = KubeApi(load_api_client(fake.other_kubeconfig_path))
     other.apply_claim_status("default", "s", [entry("other.example.com")], field_manager="other.example.com")
     sink = ApiStatusSink(api)
@@ -172,12 +210,14 @@ def test_preparer_checks_uid_pool_and_allocation(fake, api, tmp_path):
     pending = make_claim(fake, "pending", allocate=False)
     stale = ClaimRef("default", "0000-old-uid", "good")
 
-    outcomes = preparer.prepare([ref(good), ref(elsewhere), ref(pending), stale,
-                                 ClaimRef("default", "u-missing", "missing")])
+    outcomes = preparer.prepare(
+        [ref(good), ref(elsewhere), ref(pending), stale, ClaimRef("default", "u-missing", "missing")]
+    )
 
     assert outcomes[good["metadata"]["uid"]].error is None
-    assert outcomes[good["metadata"]["uid"]].devices == [{"request": "net", "pool": NODE, "device": "eth1",
-                                                         "shareID": None}]
+    assert outcomes[good["metadata"]["uid"]].devices == [
+        {"request": "net", "pool": NODE, "device": "eth1", "shareID": None}
+    ]
     assert "not from this node node-a" in outcomes[elsewhere["metadata"]["uid"]].error
     assert "not allocated" in outcomes[pending["metadata"]["uid"]].error
     assert "deleted and re-created" in outcomes["0000-old-uid"].error
@@ -194,8 +234,9 @@ def test_first_prepare_never_trusts_a_stale_cached_reservation(fake, api, tmp_pa
     cache = ClaimCache(api)
     claim = make_claim(fake, "reused")  # reserved for pod-uid-1
     cache._relist()  # the cache now holds that version; no watch runs after this
-    fake.set_claim_allocation("default", "reused", claim["status"]["allocation"],
-                              [{"resource": "pods", "name": "next", "uid": "pod-uid-2"}])
+    fake.set_claim_allocation(
+        "default", "reused", claim["status"]["allocation"], [{"resource": "pods", "name": "next", "uid": "pod-uid-2"}]
+    )
     preparer = Preparer(state=state, claims=cache, driver=DRIVER, node=NODE)
 
     assert preparer.prepare([ref(claim)])[claim["metadata"]["uid"]].error is None

@@ -137,7 +137,12 @@ WIRE = {
     "Claim": {"namespace": (1, _S, False), "uid": (2, _S, False), "name": (3, _S, False)},
 }
 REGISTRATION_WIRE = {
-    "PluginInfo": {"type": (1, _S, False), "name": (2, _S, False), "endpoint": (3, _S, False), "supported_versions": (4, _S, True)},
+    "PluginInfo": {
+        "type": (1, _S, False),
+        "name": (2, _S, False),
+        "endpoint": (3, _S, False),
+        "supported_versions": (4, _S, True),
+    },
     "RegistrationStatus": {"plugin_registered": (1, _B, False), "error": (2, _S, False)},
     "RegistrationStatusResponse": {},
     "InfoRequest": {},
@@ -163,7 +168,9 @@ def test_dra_messages_match_the_kubelet_wire_format(pb2):
     # claims maps are keyed by claim UID (string)
     entry = pb2.NodePrepareResourcesResponse.DESCRIPTOR.fields_by_name["claims"].message_type
     assert entry.GetOptions().map_entry and entry.fields_by_name["key"].type == 9
-    methods = {m.name: (m.input_type.name, m.output_type.name) for m in pb2.DESCRIPTOR.services_by_name["DRAPlugin"].methods}
+    methods = {
+        m.name: (m.input_type.name, m.output_type.name) for m in pb2.DESCRIPTOR.services_by_name["DRAPlugin"].methods
+    }
     assert methods == {
         "NodePrepareResources": ("NodePrepareResourcesRequest", "NodePrepareResourcesResponse"),
         "NodeUnprepareResources": ("NodeUnprepareResourcesRequest", "NodeUnprepareResourcesResponse"),
@@ -175,7 +182,10 @@ def test_dra_messages_match_the_kubelet_wire_format(pb2):
 def test_registration_messages_match_the_kubelet_wire_format():
     for name, fields in REGISTRATION_WIRE.items():
         assert _fields(registration_pb2.DESCRIPTOR.message_types_by_name[name]) == fields, name
-    methods = {m.name: (m.input_type.name, m.output_type.name) for m in registration_pb2.DESCRIPTOR.services_by_name["Registration"].methods}
+    methods = {
+        m.name: (m.input_type.name, m.output_type.name)
+        for m in registration_pb2.DESCRIPTOR.services_by_name["Registration"].methods
+    }
     assert methods == {
         "GetInfo": ("InfoRequest", "PluginInfo"),
         "NotifyRegistrationStatus": ("RegistrationStatus", "RegistrationStatusResponse"),
@@ -278,7 +288,9 @@ def test_batch_with_one_failing_claim(make_server, kubelets, version):
     kubelet = registered_kubelet(kubelets, version)
     results = kubelet.prepare(CLAIMS)
 
-    assert seen == [[ClaimRef("ns1", "uid-a", "claim-a"), ClaimRef("ns1", "uid-b", "claim-b"), ClaimRef("ns2", "uid-c", "claim-c")]]
+    assert seen == [
+        [ClaimRef("ns1", "uid-a", "claim-a"), ClaimRef("ns1", "uid-b", "claim-b"), ClaimRef("ns2", "uid-c", "claim-c")]
+    ]
     assert set(results) == {"uid-a", "uid-b", "uid-c"}
     assert results["uid-b"].error == "claim ns1/claim-b: no such interface eth9"
     assert list(results["uid-b"].devices) == []
@@ -290,7 +302,9 @@ def test_batch_with_one_failing_claim(make_server, kubelets, version):
         assert device.device_name == f"dev-{uid}"
         assert list(device.cdi_device_ids) == []
 
-    with pytest.raises(ClaimError, match="NodePrepareResources failed for claim ns1/claim-b: claim ns1/claim-b: no such"):
+    with pytest.raises(
+        ClaimError, match="NodePrepareResources failed for claim ns1/claim-b: claim ns1/claim-b: no such"
+    ):
         kubelet.prepare(CLAIMS, raise_on_error=True)
 
 
@@ -503,7 +517,9 @@ def test_registration_socket_appears_only_after_dra_socket_serves(make_server):
             s.close()
         with grpc.insecure_channel("unix:" + server.dra_socket) as channel:
             stub = dra_v1_pb2_grpc.DRAPluginStub(channel)
-            observed["rpc"] = stub.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(), timeout=2).claims == {}
+            observed["rpc"] = (
+                stub.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(), timeout=2).claims == {}
+            )
 
     watcher = threading.Thread(target=watch)
     watcher.start()
@@ -514,7 +530,7 @@ def test_registration_socket_appears_only_after_dra_socket_serves(make_server):
 
 def test_too_long_socket_paths_are_rejected_at_construction(sockdir):
     long_dir = os.path.join(sockdir, "x" * 100)
-    kw = dict(driver=DRIVER, prepare=good_prepare, unprepare=good_unprepare)
+    kw = {"driver": DRIVER, "prepare": good_prepare, "unprepare": good_unprepare}
     with pytest.raises(ValueError, match=r"DRA service socket path .* at most 107 bytes"):
         DRAPluginServer(plugins_dir=long_dir, registry_dir=sockdir, **kw)
     with pytest.raises(ValueError, match=r"registration socket path .* at most 107 bytes"):
@@ -524,7 +540,9 @@ def test_too_long_socket_paths_are_rejected_at_construction(sockdir):
     server = DRAPluginServer(plugins_dir=sockdir, registry_dir=registry, **kw)
     assert len(server.registration_socket.encode()) == 107
     with pytest.raises(ValueError, match="driver name"):
-        DRAPluginServer(plugins_dir=sockdir, registry_dir=sockdir, driver="../evil", prepare=good_prepare, unprepare=good_unprepare)
+        DRAPluginServer(
+            plugins_dir=sockdir, registry_dir=sockdir, driver="../evil", prepare=good_prepare, unprepare=good_unprepare
+        )
 
 
 SIGTERM_SCRIPT = """

@@ -12,7 +12,9 @@ from dracni.claims.manifests import ClaimSourceError, ManifestClaimSource, clust
 from dracni.specfiles import spec_path
 
 
-def claim_yaml(name: str, namespace: str | None = "ns1", uid: str | None = None, api: str = "resource.k8s.io/v1") -> str:
+def claim_yaml(
+    name: str, namespace: str | None = "ns1", uid: str | None = None, api: str = "resource.k8s.io/v1"
+) -> str:
     meta = [f"  name: {name}"]
     if namespace:
         meta.append(f"  namespace: {namespace}")

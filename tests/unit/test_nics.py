@@ -130,8 +130,9 @@ def test_discovers_links_with_netlink_facts(lab, tmp_path):
     assert found["d0"].oper_state == "down" and not found["d0"].admin_up
     assert found["lo"].kind == "" and found["lo"].is_loopback and found["lo"].virtual
 
-    assert [n.index for n in discover_nics(netns=ns.path, sysfs_root=str(empty_sysfs))] == \
-        sorted(n.index for n in found.values())
+    assert [n.index for n in discover_nics(netns=ns.path, sysfs_root=str(empty_sysfs))] == sorted(
+        n.index for n in found.values()
+    )
 
 
 @needs_netns
@@ -197,11 +198,25 @@ def _symlink(link: Path, target: str) -> None:
     os.symlink(target, link)
 
 
-def make_pci_nic(root: Path, name: str, *, pcie_root: str = "pci0000:3a", bridge: str = "0000:3a:00.0",
-                 address: str = "0000:3b:00.0", numa: str | None = "1", totalvfs: str | None = "64",
-                 numvfs: str | None = "8", speed: str | None = "25000", physfn: str | None = None,
-                 ifindex: int | None = None, mac: str | None = None, bus_link: bool = True,
-                 driver: str = "ice", vendor: str = "0x8086", device: str = "0x159b") -> Path:
+def make_pci_nic(
+    root: Path,
+    name: str,
+    *,
+    pcie_root: str = "pci0000:3a",
+    bridge: str = "0000:3a:00.0",
+    address: str = "0000:3b:00.0",
+    numa: str | None = "1",
+    totalvfs: str | None = "64",
+    numvfs: str | None = "8",
+    speed: str | None = "25000",
+    physfn: str | None = None,
+    ifindex: int | None = None,
+    mac: str | None = None,
+    bus_link: bool = True,
+    driver: str = "ice",
+    vendor: str = "0x8086",
+    device: str = "0x159b",
+) -> Path:
     """A PCI NIC as Linux lays it out:
 
     class/net/<name> -> ../../devices/<root>/<bridge>/<address>/net/<name>
@@ -211,8 +226,13 @@ def make_pci_nic(root: Path, name: str, *, pcie_root: str = "pci0000:3a", bridge
     """
     pci = root / "devices" / pcie_root / bridge / address
     pci.mkdir(parents=True, exist_ok=True)
-    for fname, value in (("numa_node", numa), ("sriov_totalvfs", totalvfs), ("sriov_numvfs", numvfs),
-                         ("vendor", vendor), ("device", device)):
+    for fname, value in (
+        ("numa_node", numa),
+        ("sriov_totalvfs", totalvfs),
+        ("sriov_numvfs", numvfs),
+        ("vendor", vendor),
+        ("device", device),
+    ):
         if value is not None:
             _write(pci / fname, value)
     (root / "bus" / "pci" / "drivers" / driver).mkdir(parents=True, exist_ok=True)
@@ -246,15 +266,34 @@ def make_virtual_nic(root: Path, name: str, speed: str | None = None) -> None:
 def test_sysfs_pci_physical_function(tmp_path):
     make_pci_nic(tmp_path, "ens1f0")
     hw = hardware_facts("ens1f0", str(tmp_path))
-    assert hw == HardwareFacts(speed_mbps=25000, pci_address="0000:3b:00.0", pcie_root="pci0000:3a",
-                               numa_node=1, sriov_totalvfs=64, sriov_numvfs=8, sriov_is_vf=False,
-                               virtual=False, driver="ice", vendor_id="0x8086", device_id="0x159b")
+    assert hw == HardwareFacts(
+        speed_mbps=25000,
+        pci_address="0000:3b:00.0",
+        pcie_root="pci0000:3a",
+        numa_node=1,
+        sriov_totalvfs=64,
+        sriov_numvfs=8,
+        sriov_is_vf=False,
+        virtual=False,
+        driver="ice",
+        vendor_id="0x8086",
+        device_id="0x159b",
+    )
 
 
 def test_sysfs_pci_virtual_function(tmp_path):
     make_pci_nic(tmp_path, "ens1f0")
-    make_pci_nic(tmp_path, "ens1f0v0", address="0000:3b:02.0", totalvfs=None, numvfs=None,
-                 physfn="0000:3b:00.0", driver="iavf", device="0x1889", speed="-1")
+    make_pci_nic(
+        tmp_path,
+        "ens1f0v0",
+        address="0000:3b:02.0",
+        totalvfs=None,
+        numvfs=None,
+        physfn="0000:3b:00.0",
+        driver="iavf",
+        device="0x1889",
+        speed="-1",
+    )
     hw = hardware_facts("ens1f0v0", str(tmp_path))
     assert hw.sriov_is_vf is True
     assert hw.sriov_totalvfs is None and hw.sriov_numvfs is None
@@ -264,18 +303,28 @@ def test_sysfs_pci_virtual_function(tmp_path):
 
 
 def test_sysfs_without_bus_pci_link_uses_the_device_path(tmp_path):
-    make_pci_nic(tmp_path, "ens2f0", pcie_root="pci0000:d7", bridge="0000:d7:02.0",
-                 address="0000:d8:00.1", numa="3", bus_link=False)
+    make_pci_nic(
+        tmp_path,
+        "ens2f0",
+        pcie_root="pci0000:d7",
+        bridge="0000:d7:02.0",
+        address="0000:d8:00.1",
+        numa="3",
+        bus_link=False,
+    )
     hw = hardware_facts("ens2f0", str(tmp_path))
     assert (hw.pci_address, hw.pcie_root, hw.numa_node) == ("0000:d8:00.1", "pci0000:d7", 3)
 
 
-@pytest.mark.parametrize("numa,speed,expect_numa,expect_speed", [
-    ("-1", "-1", None, None),
-    (None, None, None, None),        # files absent
-    ("garbage", "fast", None, None),  # unparsable
-    ("0", "100000", 0, 100000),
-])
+@pytest.mark.parametrize(
+    "numa,speed,expect_numa,expect_speed",
+    [
+        ("-1", "-1", None, None),
+        (None, None, None, None),  # files absent
+        ("garbage", "fast", None, None),  # unparsable
+        ("0", "100000", 0, 100000),
+    ],
+)
 def test_sysfs_numa_and_speed_edge_values(tmp_path, numa, speed, expect_numa, expect_speed):
     make_pci_nic(tmp_path, "ens3", numa=numa, speed=speed)
     hw = hardware_facts("ens3", str(tmp_path))
@@ -319,8 +368,10 @@ def test_sysfs_usb_nic_has_no_pci_address(tmp_path):
     netdir = usb / "net" / "enx00e04c680001"
     netdir.mkdir(parents=True)
     _symlink(netdir / "device", "../../../1-1:1.0")
-    _symlink(tmp_path / "class" / "net" / "enx00e04c680001",
-             "../../devices/pci0000:00/0000:00:14.0/usb1/1-1/1-1:1.0/net/enx00e04c680001")
+    _symlink(
+        tmp_path / "class" / "net" / "enx00e04c680001",
+        "../../devices/pci0000:00/0000:00:14.0/usb1/1-1/1-1:1.0/net/enx00e04c680001",
+    )
     hw = hardware_facts("enx00e04c680001", str(tmp_path))
     assert hw.virtual is False and hw.pci_address is None and hw.pcie_root is None
 
@@ -359,8 +410,13 @@ def test_discovery_merges_fake_sysfs(lab, tmp_path):
     found = {n.name: n for n in discover_nics(netns=ns.path, sysfs_root=str(tmp_path))}
     pf = found["ens1f0"]
     assert pf.kind == "veth"  # netlink's view
-    assert (pf.pci_address, pf.pcie_root, pf.numa_node, pf.sriov_totalvfs, pf.speed_mbps) == \
-        ("0000:3b:00.0", "pci0000:3a", 1, 64, 25000)
+    assert (pf.pci_address, pf.pcie_root, pf.numa_node, pf.sriov_totalvfs, pf.speed_mbps) == (
+        "0000:3b:00.0",
+        "pci0000:3a",
+        1,
+        64,
+        25000,
+    )
     assert pf.virtual is False and pf.driver == "ice" and not pf.sriov_is_vf
     other = found["ens1f1"]
     assert other.pci_address is None and other.virtual is True
@@ -379,8 +435,9 @@ PHYS2 = nic("ens1f1", pci_address="0000:3b:00.1")
 VF = nic("ens1f0v3", sriov_is_vf=True)
 
 
-@pytest.mark.parametrize("kind", ["veth", "bridge", "tun", "macvlan", "macvtap", "ipvlan", "vlan",
-                                  "vxlan", "geneve", "ipip", "sit", "ifb"])
+@pytest.mark.parametrize(
+    "kind", ["veth", "bridge", "tun", "macvlan", "macvtap", "ipvlan", "vlan", "vxlan", "geneve", "ipip", "sit", "ifb"]
+)
 def test_default_excludes_kinds(kind):
     assert kind in DEFAULT_EXCLUDED_KINDS
     assert not eligible(nic("x0", kind))
@@ -423,10 +480,18 @@ def test_exclude_wins():
 
 def test_pyroute2_stays_out_of_other_modules():
     """Importing the CNI and state packages (and slices) must not import pyroute2."""
-    code = ("import sys; import dracni.cni.main, dracni.state.store, dracni.inventory.slices, dracni.inventory.nics;"
-            "print('pyroute2' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=str(REPO), env={**os.environ, "PYTHONPATH": str(REPO)})
+    code = (
+        "import sys; import dracni.cni.main, dracni.state.store, dracni.inventory.slices, dracni.inventory.nics;"
+        "print('pyroute2' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=str(REPO),
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert out.stdout.strip() == "False"
 
 

@@ -130,8 +130,14 @@ def test_namespace_is_set_and_consistent():
     assert objects["Namespace"]["metadata"]["name"] == namespace
     for kind in ("ServiceAccount", "DaemonSet"):
         assert objects[kind]["metadata"]["namespace"] == namespace, kind
-    for kind in ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
-                 "ValidatingAdmissionPolicyBinding", "DeviceClass", "Namespace"):
+    for kind in (
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "DeviceClass",
+        "Namespace",
+    ):
         assert "namespace" not in objects[kind]["metadata"], f"{kind} is cluster-scoped"
     # The DaemonSet is privileged: Pod Security Admission must admit it in its namespace.
     labels = objects["Namespace"]["metadata"].get("labels", {})
@@ -141,10 +147,14 @@ def test_namespace_is_set_and_consistent():
 def test_rbac_objects_refer_to_each_other():
     objects = deploy_objects()
     sa, role, binding = objects["ServiceAccount"], objects["ClusterRole"], objects["ClusterRoleBinding"]
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                  "name": role["metadata"]["name"]}
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
-                                    "namespace": sa["metadata"]["namespace"]}]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}
+    ]
     pod = objects["DaemonSet"]["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == sa["metadata"]["name"]
     assert pod.get("automountServiceAccountToken", True), "the service needs its token"
@@ -275,8 +285,7 @@ def test_kubelet_and_state_paths_are_mounted_at_the_host_path():
     """docs/contracts.md section 2: kubelet dials the sockets at the paths the plugin registers, and
     the CNI plugin on the host reads the state dir at the path written in the conflist."""
     main = main_container()
-    registry, plugins, state = (flag(main, "--registry-dir"), flag(main, "--plugins-dir"),
-                                flag(main, "--state-dir"))
+    registry, plugins, state = (flag(main, "--registry-dir"), flag(main, "--plugins-dir"), flag(main, "--state-dir"))
     assert (registry, plugins) == ("/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins")
     from dracni import defaults
 
@@ -360,8 +369,10 @@ KUBEAPI_PERMISSIONS: dict[str, set[Permission]] = {
     "get_claim": {Permission(RESOURCE, "resourceclaims", "", "get")},
     "list_claims": {Permission(RESOURCE, "resourceclaims", "", "list")},
     "watch_claims": {Permission(RESOURCE, "resourceclaims", "", "watch")},
-    "apply_claim_status": {Permission(RESOURCE, "resourceclaims", "status", "patch"),
-                           Permission(RESOURCE, "resourceclaims", "driver", "associated-node:patch", DRIVER)},
+    "apply_claim_status": {
+        Permission(RESOURCE, "resourceclaims", "status", "patch"),
+        Permission(RESOURCE, "resourceclaims", "driver", "associated-node:patch", DRIVER),
+    },
     "list_slices": {Permission(RESOURCE, "resourceslices", "", "list")},
     "watch_slices": {Permission(RESOURCE, "resourceslices", "", "watch")},
     "create_slice": {Permission(RESOURCE, "resourceslices", "", "create")},
@@ -373,23 +384,31 @@ KUBEAPI_PERMISSIONS: dict[str, set[Permission]] = {
 }
 
 # kubernetes client method prefix -> RBAC verb (CustomObjectsApi says get_, the typed APIs read_).
-_CLIENT_VERBS = (("read_", "get"), ("get_", "get"), ("list_", "list"), ("create_", "create"),
-                 ("replace_", "update"), ("patch_", "patch"), ("delete_collection_", "deletecollection"),
-                 ("delete_", "delete"))
+_CLIENT_VERBS = (
+    ("read_", "get"),
+    ("get_", "get"),
+    ("list_", "list"),
+    ("create_", "create"),
+    ("replace_", "update"),
+    ("patch_", "patch"),
+    ("delete_collection_", "deletecollection"),
+    ("delete_", "delete"),
+)
 # KubeApi attribute holding a typed kubernetes client API object -> its API group.
 _CLIENT_GROUPS = {"resource": RESOURCE, "core": CORE}
 # ... and the one holding a CustomObjectsApi, whose calls name (group, version, plural) as arguments.
 _CUSTOM = "custom"
 
 
-def permission_of_client_call(attribute: str, method: str, watch: bool,
-                              custom: tuple[str, str, str] | None = None) -> Permission:
+def permission_of_client_call(
+    attribute: str, method: str, watch: bool, custom: tuple[str, str, str] | None = None
+) -> Permission:
     """``self.resource.patch_namespaced_resource_claim_status`` -> patch resourceclaims/status;
     ``self.custom.replace_namespaced_custom_object_status`` with ``custom`` = (group, version,
     plural) -> update <plural>/status."""
-    for prefix, verb in _CLIENT_VERBS:
+    for prefix, verb in _CLIENT_VERBS:  # noqa: B007 (verb is read after the break)
         if method.startswith(prefix):
-            rest = method[len(prefix):]
+            rest = method[len(prefix) :]
             break
     else:
         raise AssertionError(f"unknown kubernetes client method {method}")
@@ -410,9 +429,12 @@ def _custom_resource(fn: ast.FunctionDef, module) -> tuple[str, str, str] | None
     """The (group, version, plural) a KubeApi method unpacks from a module constant, e.g.
     ``group, version, plural = IPAMCLAIMS``."""
     for node in ast.walk(fn):
-        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Name)
-                and isinstance(node.targets[0], ast.Tuple)
-                and [getattr(e, "id", None) for e in node.targets[0].elts] == ["group", "version", "plural"]):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Name)
+            and isinstance(node.targets[0], ast.Tuple)
+            and [getattr(e, "id", None) for e in node.targets[0].elts] == ["group", "version", "plural"]
+        ):
             return tuple(getattr(module, node.value.id))
     return None
 
@@ -438,10 +460,12 @@ def kubeapi_client_calls() -> dict[str, set[Permission]]:
             if not (is_call or is_watch):
                 continue
             target = node.args[0]
-            assert (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Attribute)
-                    and target.value.attr in (*_CLIENT_GROUPS, _CUSTOM)), f"KubeApi.{fn.name}: unexpected call target"
-            perms.add(permission_of_client_call(target.value.attr, target.attr, is_watch,
-                                                _custom_resource(fn, api)))
+            assert (
+                isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Attribute)
+                and target.value.attr in (*_CLIENT_GROUPS, _CUSTOM)
+            ), f"KubeApi.{fn.name}: unexpected call target"
+            perms.add(permission_of_client_call(target.value.attr, target.attr, is_watch, _custom_resource(fn, api)))
         found[fn.name] = perms
     return found
 
@@ -470,11 +494,12 @@ def needed_permissions() -> set[Permission]:
 def test_every_kubeapi_method_is_in_the_permission_table():
     from dracni.kube.api import KubeApi
 
-    public = {name for name, member in inspect.getmembers(KubeApi, inspect.isfunction)
-              if not name.startswith("_")}
+    public = {name for name, member in inspect.getmembers(KubeApi, inspect.isfunction) if not name.startswith("_")}
     unknown = public - set(KUBEAPI_PERMISSIONS)
-    assert not unknown, (f"KubeApi grew {sorted(unknown)}: add what each needs to KUBEAPI_PERMISSIONS "
-                         "and to packaging/deploy/clusterrole.yaml")
+    assert not unknown, (
+        f"KubeApi grew {sorted(unknown)}: add what each needs to KUBEAPI_PERMISSIONS "
+        "and to packaging/deploy/clusterrole.yaml"
+    )
     assert not set(KUBEAPI_PERMISSIONS) - public, "the table names methods KubeApi no longer has"
 
 
@@ -487,8 +512,9 @@ def test_permission_table_matches_the_client_calls():
         extra = perms - derived
         # Beyond the call itself, only the API server's synthetic driver check of a status write.
         for p in extra:
-            assert (p.resource, p.subresource, p.name) == ("resourceclaims", "driver", DRIVER), \
+            assert (p.resource, p.subresource, p.name) == ("resourceclaims", "driver", DRIVER), (
                 f"KubeApi.{method}: {p} does not follow from its call"
+            )
             writes = {d.verb for d in derived if (d.resource, d.subresource) == ("resourceclaims", "status")}
             assert p.verb in {f"associated-node:{v}" for v in writes}, f"KubeApi.{method}: {p}"
 
@@ -514,10 +540,24 @@ def published_attribute_names() -> set[str]:
     from dracni.inventory.nics import Nic
     from dracni.inventory.slices import device_for
 
-    nic = Nic(name="eth1", index=2, mac="02:00:00:00:00:01", mtu=1500, oper_state="up", admin_up=True,
-              speed_mbps=10000, pci_address="0000:00:03.0", pcie_root="pci0000:00", numa_node=0,
-              sriov_totalvfs=8, sriov_numvfs=0, master="br0", driver="virtio_net", vendor_id="0x1af4",
-              device_id="0x1000")
+    nic = Nic(
+        name="eth1",
+        index=2,
+        mac="02:00:00:00:00:01",
+        mtu=1500,
+        oper_state="up",
+        admin_up=True,
+        speed_mbps=10000,
+        pci_address="0000:00:03.0",
+        pcie_root="pci0000:00",
+        numa_node=0,
+        sriov_totalvfs=8,
+        sriov_numvfs=0,
+        master="br0",
+        driver="virtio_net",
+        vendor_id="0x1af4",
+        device_id="0x1000",
+    )
     attributes = device_for(nic, domain=DRIVER)["attributes"]
     return {k.split("/", 1)[1] for k in attributes if k.startswith(DRIVER + "/")}
 
@@ -557,8 +597,9 @@ def test_example_selectors_use_published_attributes():
 
 
 def test_example_pod_uses_an_example_template():
-    templates = {(t["metadata"]["namespace"], t["metadata"]["name"])
-                 for _, t in example_objects("ResourceClaimTemplate")}
+    templates = {
+        (t["metadata"]["namespace"], t["metadata"]["name"]) for _, t in example_objects("ResourceClaimTemplate")
+    }
     for path, pod in example_objects("Pod"):
         namespace = pod["metadata"]["namespace"]
         claims = {c["name"]: c for c in pod["spec"]["resourceClaims"]}
@@ -598,8 +639,9 @@ def _ignored(path: str, patterns: list[str]) -> bool:
         pattern = pattern.lstrip("!").strip("/")
         parts = path.split("/")
         prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
-        if any(fnmatch.fnmatchcase(p, pattern) or fnmatch.fnmatchcase(p, pattern.removeprefix("**/"))
-               for p in prefixes):
+        if any(
+            fnmatch.fnmatchcase(p, pattern) or fnmatch.fnmatchcase(p, pattern.removeprefix("**/")) for p in prefixes
+        ):
             ignored = not negate
     return ignored
 
@@ -612,12 +654,15 @@ def test_dockerignore_keeps_the_build_context_small():
 
 def test_dockerfile_copies_existing_unignored_sources_and_ships_only_the_bundle():
     text = DOCKERFILE.read_text()
-    instructions = [line.strip() for line in re.sub(r"\\\n", " ", text).splitlines()
-                    if line.strip() and not line.lstrip().startswith("#")]
+    instructions = [
+        line.strip()
+        for line in re.sub(r"\\\n", " ", text).splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
     patterns = _dockerignore()
     stages = [i for i in instructions if i.upper().startswith("FROM ")]
     assert len(stages) == 2, "a build stage and a runtime stage"
-    final = instructions[instructions.index(stages[-1]):]
+    final = instructions[instructions.index(stages[-1]) :]
     for line in instructions:
         if not line.upper().startswith("COPY ") or "--from=" in line:
             continue

@@ -14,7 +14,12 @@ from dracni.specfiles import load_json_spec
 DRACNI = "dracni.io/v1alpha1"
 CNI_DRA = "cni.networking.x-k8s.io/v1alpha1"
 
-MACVLAN = {"type": "macvlan", "master": "eth0", "mode": "bridge", "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.10.1.0/24"}]]}}
+MACVLAN = {
+    "type": "macvlan",
+    "master": "eth0",
+    "mode": "bridge",
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.10.1.0/24"}]]},
+}
 CONFLIST = {"cniVersion": "1.0.0", "name": "macvlan-eth0", "plugins": [MACVLAN]}
 
 
@@ -44,8 +49,14 @@ def test_schema_file_is_valid_2020_12() -> None:
 
 def test_cni_dra_driver_form() -> None:
     result = validate_parameters(cni_form())
-    assert result == {"ifName": "net1", "config": CONFLIST, "runtimeConfig": {}, "capabilities": {},
-                      "persistentIPs": False, "ipamClaim": None}
+    assert result == {
+        "ifName": "net1",
+        "config": CONFLIST,
+        "runtimeConfig": {},
+        "capabilities": {},
+        "persistentIPs": False,
+        "ipamClaim": None,
+    }
 
 
 def test_dracni_form_with_everything() -> None:
@@ -68,7 +79,11 @@ def test_dracni_form_ifname_optional_or_null() -> None:
 
 def test_single_plugin_becomes_conflist_named_after_type() -> None:
     result = validate_parameters(attachment(config=dict(MACVLAN, cniVersion="1.1.0")))
-    assert result["config"] == {"cniVersion": "1.1.0", "name": "macvlan", "plugins": [dict(MACVLAN, cniVersion="1.1.0")]}
+    assert result["config"] == {
+        "cniVersion": "1.1.0",
+        "name": "macvlan",
+        "plugins": [dict(MACVLAN, cniVersion="1.1.0")],
+    }
 
 
 def test_single_plugin_name_is_kept() -> None:
@@ -139,7 +154,9 @@ def test_plugin_type_empty() -> None:
 
 
 def test_plugin_type_not_a_string() -> None:
-    assert error_of(attachment(config=dict(CONFLIST, plugins=[{"type": 3}]))).field == "parameters.config.plugins[0].type"
+    assert (
+        error_of(attachment(config=dict(CONFLIST, plugins=[{"type": 3}]))).field == "parameters.config.plugins[0].type"
+    )
 
 
 def test_plugin_without_type() -> None:
@@ -301,7 +318,9 @@ def test_missing_kind() -> None:
     assert error_of(params).field == "parameters.kind"
 
 
-@pytest.mark.parametrize(("params", "expected"), [(attachment(kind="CNI"), "NetworkAttachment"), (cni_form(kind="NetworkAttachment"), "CNI")])
+@pytest.mark.parametrize(
+    ("params", "expected"), [(attachment(kind="CNI"), "NetworkAttachment"), (cni_form(kind="NetworkAttachment"), "CNI")]
+)
 def test_kind_must_match_api_version(params: dict, expected: str) -> None:
     err = error_of(params)
     assert err.field == "parameters.kind"

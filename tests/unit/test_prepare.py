@@ -18,7 +18,12 @@ DRIVER = "dracni.io"
 
 
 def make_claim(name: str, uid: str, pod_uid: str = "pod-1", pod_name: str = "demo", **params: Any) -> dict:
-    parameters = {"apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachment", "config": {"type": "macvlan", "mode": "bridge"}, **params}
+    parameters = {
+        "apiVersion": "dracni.io/v1alpha1",
+        "kind": "NetworkAttachment",
+        "config": {"type": "macvlan", "mode": "bridge"},
+        **params,
+    }
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -26,7 +31,9 @@ def make_claim(name: str, uid: str, pod_uid: str = "pod-1", pod_name: str = "dem
         "status": {
             "allocation": {
                 "devices": {
-                    "results": [{"request": "net", "driver": DRIVER, "pool": "node1", "device": "eth0", "shareID": "s1"}],
+                    "results": [
+                        {"request": "net", "driver": DRIVER, "pool": "node1", "device": "eth0", "shareID": "s1"}
+                    ],
                     "config": [{"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": parameters}}],
                 }
             },
@@ -46,7 +53,11 @@ def prepare(state: StateDir, claims: list[dict], **kwargs: Any) -> dict[str, Pre
 
 def test_prepare_stores_record_and_pod_index(state: StateDir) -> None:
     outcomes = prepare(state, [make_claim("c1", "uid-1", ifName="net1")], node="node1", sources={"uid-1": "/m/c1.yaml"})
-    assert outcomes == {"uid-1": PrepareOutcome(devices=[{"request": "net", "pool": "node1", "device": "eth0", "shareID": "s1"}], error=None)}
+    assert outcomes == {
+        "uid-1": PrepareOutcome(
+            devices=[{"request": "net", "pool": "node1", "device": "eth0", "shareID": "s1"}], error=None
+        )
+    }
     record = state.read_claim("uid-1")
     assert record is not None
     assert (record["kind"], record["schema"], record["namespace"], record["name"]) == ("PreparedClaim", 1, "ns1", "c1")
@@ -148,7 +159,7 @@ def test_prepare_example_manifests(state: StateDir) -> None:
     source = ManifestClaimSource(spec_path("examples"))
     claims = [source.get("default", "macvlan-net1"), source.get("default", "bridge-net1")]
     uids = [c["metadata"]["uid"] for c in claims]
-    sources = {uid: source.path_of("default", c["metadata"]["name"]) for uid, c in zip(uids, claims)}
+    sources = {uid: source.path_of("default", c["metadata"]["name"]) for uid, c in zip(uids, claims, strict=True)}
     outcomes = prepare(state, claims, sources=sources)
     assert all(o.error is None for o in outcomes.values())
     assert sorted(state.pod_claim_uids("11111111-2222-3333-4444-555555555555", None, None)) == sorted(uids)

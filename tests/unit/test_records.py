@@ -25,21 +25,43 @@ def stored(record: Any) -> dict[str, Any]:
 
 
 def spec(**extra: Any) -> Any:
-    return {"request": "net", "pool": "node1", "device": "eth1", "shareID": None, "ifName": None,
-            "config": {"name": "macnet", "cniVersion": "1.0.0", "plugins": [{"type": "macvlan"}]},
-            "runtimeConfig": {}, "capabilities": {}, "persistentIPs": False, "ipamClaim": None,
-            "requestedIPs": [], **extra}
+    return {
+        "request": "net",
+        "pool": "node1",
+        "device": "eth1",
+        "shareID": None,
+        "ifName": None,
+        "config": {"name": "macnet", "cniVersion": "1.0.0", "plugins": [{"type": "macvlan"}]},
+        "runtimeConfig": {},
+        "capabilities": {},
+        "persistentIPs": False,
+        "ipamClaim": None,
+        "requestedIPs": [],
+        **extra,
+    }
 
 
 def attachment(state: str = "ready", **device_extra: Any) -> Any:
-    record = R.new_attachment(network="podnet", container_id="c0ffee", ifname="eth0", netns="/var/run/netns/p",
-                              cni_args="K8S_POD_UID=pod-1", cni_version="1.1.0",
-                              pod={"uid": "pod-1", "namespace": "default", "name": "web-0"},
-                              updated_at="2026-11-23T20:00:00Z")
-    delegate = {"type": "macvlan", "cniVersion": "1.0.0", "config": {"type": "macvlan", "name": "macnet"},
-                "added": True, "result": {"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.5/24"}]}}
-    dev = R.attached_device(R.claim_ref("claim-1", "default", "nets"), "dracni.io", spec(**device_extra), "net1",
-                            [delegate])
+    record = R.new_attachment(
+        network="podnet",
+        container_id="c0ffee",
+        ifname="eth0",
+        netns="/var/run/netns/p",
+        cni_args="K8S_POD_UID=pod-1",
+        cni_version="1.1.0",
+        pod={"uid": "pod-1", "namespace": "default", "name": "web-0"},
+        updated_at="2026-11-23T20:00:00Z",
+    )
+    delegate = {
+        "type": "macvlan",
+        "cniVersion": "1.0.0",
+        "config": {"type": "macvlan", "name": "macnet"},
+        "added": True,
+        "result": {"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.5/24"}]},
+    }
+    dev = R.attached_device(
+        R.claim_ref("claim-1", "default", "nets"), "dracni.io", spec(**device_extra), "net1", [delegate]
+    )
     dev["result"] = delegate["result"]
     record["devices"].append(dev)
     record["state"] = state
@@ -47,9 +69,14 @@ def attachment(state: str = "ready", **device_extra: Any) -> Any:
 
 
 def test_prepared_claim_builder_validates(validator: jsonschema.Draft202012Validator) -> None:
-    claim = R.new_prepared_claim(R.claim_ref("claim-1", "default", "nets"), driver="dracni.io", source=None,
-                                 prepared_at="2026-11-23T20:00:00Z", pods=[{"uid": "pod-1", "name": "web-0"}],
-                                 devices=[spec(), spec(request="net2", shareID=SHARE, ifName="net9")])
+    claim = R.new_prepared_claim(
+        R.claim_ref("claim-1", "default", "nets"),
+        driver="dracni.io",
+        source=None,
+        prepared_at="2026-11-23T20:00:00Z",
+        pods=[{"uid": "pod-1", "name": "web-0"}],
+        devices=[spec(), spec(request="net2", shareID=SHARE, ifName="net9")],
+    )
     assert claim["kind"] == "PreparedClaim"
     validator.validate(stored(claim))
 
@@ -115,9 +142,17 @@ def test_devices_by_claim_and_index_keys() -> None:
     assert list(R.devices_by_claim(record)) == ["claim-1"]
     assert R.attachment_key("podnet", "c0ffee", "eth0") == "podnet+c0ffee+eth0"
     assert R.pod_index_keys("pod-1", "default", "web-0") == ["uid_pod-1", "name_default_web-0"]
-    claim = {"kind": "PreparedClaim", "uid": "claim-1", "namespace": "default", "name": "nets",
-             "driver": "dracni.io", "source": None, "preparedAt": "2026-11-23T20:00:00Z",
-             "pods": [{"uid": "pod-1", "name": "web-0"}], "devices": [spec()]}
+    claim = {
+        "kind": "PreparedClaim",
+        "uid": "claim-1",
+        "namespace": "default",
+        "name": "nets",
+        "driver": "dracni.io",
+        "source": None,
+        "preparedAt": "2026-11-23T20:00:00Z",
+        "pods": [{"uid": "pod-1", "name": "web-0"}],
+        "devices": [spec()],
+    }
     assert R.claim_pod_keys(claim) == {"uid_pod-1", "name_default_web-0"}
 
 

@@ -18,13 +18,19 @@ POD = {"apiGroup": "", "resource": "pods", "name": "demo", "uid": "pod-uid-1"}
 
 
 def params(plugin_type: str = "macvlan", if_name: str | None = None, **extra: Any) -> dict:
-    out: dict[str, Any] = {"apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachment", "config": {"type": plugin_type}}
+    out: dict[str, Any] = {
+        "apiVersion": "dracni.io/v1alpha1",
+        "kind": "NetworkAttachment",
+        "config": {"type": plugin_type},
+    }
     if if_name is not None:
         out["ifName"] = if_name
     return {**out, **extra}
 
 
-def config(parameters: Any, *, requests: list[str] | None = None, source: str = "FromClaim", driver: str = DRIVER) -> dict:
+def config(
+    parameters: Any, *, requests: list[str] | None = None, source: str = "FromClaim", driver: str = DRIVER
+) -> dict:
     entry: dict[str, Any] = {"source": source, "opaque": {"driver": driver, "parameters": parameters}}
     if requests is not None:
         entry["requests"] = requests
@@ -35,14 +41,25 @@ def result(request: str = "net", device: str = "eth0", pool: str = "node1", driv
     return {"request": request, "driver": driver, "pool": pool, "device": device, **extra}
 
 
-def claim(results: list[dict] | None = None, configs: list[dict] | None = None, *, reserved: list[dict] | None = None, api: str = "resource.k8s.io/v1") -> dict:
+def claim(
+    results: list[dict] | None = None,
+    configs: list[dict] | None = None,
+    *,
+    reserved: list[dict] | None = None,
+    api: str = "resource.k8s.io/v1",
+) -> dict:
     return {
         "apiVersion": api,
         "kind": "ResourceClaim",
         "metadata": {"name": "c1", "namespace": "ns1", "uid": "claim-uid-1"},
         "spec": {"devices": {"requests": [{"name": "net", "exactly": {"deviceClassName": DRIVER}}]}},
         "status": {
-            "allocation": {"devices": {"results": results if results is not None else [result()], "config": configs if configs is not None else [config(params())]}},
+            "allocation": {
+                "devices": {
+                    "results": results if results is not None else [result()],
+                    "config": configs if configs is not None else [config(params())],
+                }
+            },
             "reservedFor": reserved if reserved is not None else [POD],
         },
     }
@@ -70,7 +87,12 @@ def test_record_shape_matches_state_schema() -> None:
     schema = load_json_spec("state-records.schema.json")
     jsonschema.Draft202012Validator(schema).validate({**record, "schema": 1})
     assert record["kind"] == "PreparedClaim"
-    assert (record["uid"], record["namespace"], record["name"], record["driver"]) == ("claim-uid-1", "ns1", "c1", DRIVER)
+    assert (record["uid"], record["namespace"], record["name"], record["driver"]) == (
+        "claim-uid-1",
+        "ns1",
+        "c1",
+        DRIVER,
+    )
     assert record["source"] == "/m/c1.yaml"
     assert record["pods"] == [{"uid": "pod-uid-1", "name": "demo"}]
     assert record["devices"] == [
@@ -239,7 +261,16 @@ def test_prefix_is_not_a_parent() -> None:
 
 @pytest.mark.parametrize(
     ("requests", "result_request", "applies"),
-    [(None, "a", True), ([], "a/b", True), (["a"], "a", True), (["a"], "a/b", True), (["a/b"], "a/b", True), (["a/b"], "a", False), (["a/b"], "a/c", False), (["b"], "a", False)],
+    [
+        (None, "a", True),
+        ([], "a/b", True),
+        (["a"], "a", True),
+        (["a"], "a/b", True),
+        (["a/b"], "a/b", True),
+        (["a/b"], "a", False),
+        (["a/b"], "a/c", False),
+        (["b"], "a", False),
+    ],
 )
 def test_config_applies(requests: list[str] | None, result_request: str, applies: bool) -> None:
     assert config_applies(requests, result_request) is applies
@@ -316,7 +347,11 @@ def test_no_config_when_only_other_drivers_have_one() -> None:
 
 
 def test_invalid_parameters_are_wrapped() -> None:
-    bad = {"apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachment", "config": {"cniVersion": "1.0.0", "name": "n", "plugins": [{"type": "macvlan"}, {"type": "macvlan/x"}]}}
+    bad = {
+        "apiVersion": "dracni.io/v1alpha1",
+        "kind": "NetworkAttachment",
+        "config": {"cniVersion": "1.0.0", "name": "n", "plugins": [{"type": "macvlan"}, {"type": "macvlan/x"}]},
+    }
     err = error_of(claim(configs=[config(bad)]))
     assert str(err) == 'claim ns1/c1: request net: parameters.config.plugins[1].type: "macvlan/x" must not contain "/"'
     assert err.field == "parameters.config.plugins[1].type"
@@ -337,7 +372,9 @@ def test_only_the_winning_config_is_validated() -> None:
 def test_disallowed_type() -> None:
     err = error_of(claim(), allowed_types=frozenset({"bridge"}))
     assert err.field == "parameters.config.type"
-    assert str(err).startswith('claim ns1/c1: request net: parameters.config.type: "macvlan" is not an allowed plugin type')
+    assert str(err).startswith(
+        'claim ns1/c1: request net: parameters.config.type: "macvlan" is not an allowed plugin type'
+    )
 
 
 def test_ifname_clash_names_both_requests() -> None:
@@ -373,7 +410,9 @@ def test_claim_error_is_a_value_error() -> None:
 # -- the example manifests -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("example", "plugin"), [("macvlan-claim.yaml", "macvlan"), ("cni-dra-driver-claim.yaml", "bridge")])
+@pytest.mark.parametrize(
+    ("example", "plugin"), [("macvlan-claim.yaml", "macvlan"), ("cni-dra-driver-claim.yaml", "bridge")]
+)
 def test_examples_resolve(example: str, plugin: str) -> None:
     path = spec_path("examples", example)
     (obj,) = ManifestClaimSource(path).list()
@@ -393,5 +432,7 @@ def test_examples_spec_and_status_configs_agree() -> None:
     for example in ("macvlan-claim.yaml", "cni-dra-driver-claim.yaml"):
         (obj,) = ManifestClaimSource(spec_path("examples", example)).list()
         spec_config = obj["spec"]["devices"]["config"]
-        status_config = [{k: v for k, v in c.items() if k != "source"} for c in obj["status"]["allocation"]["devices"]["config"]]
+        status_config = [
+            {k: v for k, v in c.items() if k != "source"} for c in obj["status"]["allocation"]["devices"]["config"]
+        ]
         assert spec_config == status_config

@@ -23,9 +23,18 @@ def service(tmp_path) -> Iterator[Service]:
     fake = FakeApiServer(tmp_path / "api").start()
     fake.add_node(NODE)
     sockets = tempfile.mkdtemp(prefix="dr-", dir="/tmp")  # unix socket paths: short
-    svc = Service(ServiceOptions(driver=DRIVER, node=NODE, state_dir=str(tmp_path / "state"),
-                                 kubeconfig=fake.kubeconfig_path, registry_dir=f"{sockets}/reg",
-                                 plugins_dir=f"{sockets}/plugins", health_address="", publish_slices=False))
+    svc = Service(
+        ServiceOptions(
+            driver=DRIVER,
+            node=NODE,
+            state_dir=str(tmp_path / "state"),
+            kubeconfig=fake.kubeconfig_path,
+            registry_dir=f"{sockets}/reg",
+            plugins_dir=f"{sockets}/plugins",
+            health_address="",
+            publish_slices=False,
+        )
+    )
     try:
         svc.start()
         yield svc

@@ -32,8 +32,15 @@ def run():
     started: list[subprocess.Popen] = []
 
     def run(code: str) -> subprocess.Popen:
-        started.append(subprocess.Popen([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], cwd=ROOT,
-                                        text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        started.append(
+            subprocess.Popen(
+                [sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
+                cwd=ROOT,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        )
         return started[-1]
 
     yield run
@@ -147,7 +154,11 @@ def test_stop_on_signals_registers_its_fork_hook_once(run):
 
 def test_the_untimed_wait_this_replaces_would_hang():
     """The control: without wait_for_stop's polling, the same signal leaves the main thread asleep."""
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent("""
         import signal, threading, time
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -156,7 +167,9 @@ def test_the_untimed_wait_this_replaces_would_hang():
             signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
         threading.Thread(target=other, daemon=True).start()
         stop.wait()
-    """)])
+    """),
+        ]
+    )
     try:
         with pytest.raises(subprocess.TimeoutExpired):
             proc.wait(2)

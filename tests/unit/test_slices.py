@@ -18,9 +18,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dracni.inventory.nics import Nic
-from dracni.inventory.slices import (API_VERSION, LABEL_DRIVER, LABEL_NODE, PCI_BUS_ID, PCIE_ROOT, build_slices,
-                                     device_for, device_name, label_value, slice_name, slices_equal,
-                                     unique_device_names)
+from dracni.inventory.slices import (
+    API_VERSION,
+    LABEL_DRIVER,
+    LABEL_NODE,
+    PCI_BUS_ID,
+    PCIE_ROOT,
+    build_slices,
+    device_for,
+    device_name,
+    label_value,
+    slice_name,
+    slices_equal,
+    unique_device_names,
+)
 
 # -- an independent validator ---------------------------------------------------------------------
 
@@ -31,7 +42,8 @@ LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 SEMVER = re.compile(
     r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
     r"(-(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*)?"
-    r"(\+[0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*)?$")
+    r"(\+[0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*)?$"
+)
 INT64 = (-(2**63), 2**63 - 1)
 
 
@@ -76,7 +88,7 @@ def attribute_errors(key: str, value) -> list[str]:
     errs = qualified_name_errors(key)
     if not isinstance(value, dict) or len(value) != 1:
         return errs + [f"{key}: exactly one of int/bool/string/version required, got {value!r}"]
-    (kind, v), = value.items()
+    ((kind, v),) = value.items()
     if kind == "int":
         if isinstance(v, bool) or not isinstance(v, int) or not INT64[0] <= v <= INT64[1]:
             errs.append(f"{key}: int value {v!r}")
@@ -117,8 +129,11 @@ def validate_slice(obj: dict) -> list[str]:
         errs.append(f"spec.driver {driver!r}")
     pool = spec.get("pool") or {}
     pool_name = pool.get("name")
-    if not (isinstance(pool_name, str) and 0 < len(pool_name) <= 253
-            and all(is_dns_subdomain(p) for p in pool_name.split("/"))):
+    if not (
+        isinstance(pool_name, str)
+        and 0 < len(pool_name) <= 253
+        and all(is_dns_subdomain(p) for p in pool_name.split("/"))
+    ):
         errs.append(f"spec.pool.name {pool_name!r}")
     gen, count = pool.get("generation"), pool.get("resourceSliceCount")
     if isinstance(gen, bool) or not isinstance(gen, int) or gen < 0:
@@ -152,8 +167,13 @@ def validate_slice(obj: dict) -> list[str]:
 
 
 def test_validator_catches_violations():
-    good = build_slices(driver="dracni.io", node_name="n1", node_uid=None,
-                        nics=[Nic("eth0", 2, mac="02:00:00:00:00:01", mtu=1500)], generation=1)[0]
+    good = build_slices(
+        driver="dracni.io",
+        node_name="n1",
+        node_uid=None,
+        nics=[Nic("eth0", 2, mac="02:00:00:00:00:01", mtu=1500)],
+        generation=1,
+    )[0]
     assert validate_slice(good) == []
 
     def broken(mutate):
@@ -195,28 +215,32 @@ def to_v1beta1(resource_slice: dict) -> dict:
     under ``basic`` (a form ``slices_equal`` accepts when reading slices back)."""
     out = copy.deepcopy(resource_slice)
     out["apiVersion"] = "resource.k8s.io/v1beta1"
-    out["spec"]["devices"] = [{"name": d["name"], "basic": {k: v for k, v in d.items() if k != "name"}}
-                              for d in out["spec"]["devices"]]
+    out["spec"]["devices"] = [
+        {"name": d["name"], "basic": {k: v for k, v in d.items() if k != "name"}} for d in out["spec"]["devices"]
+    ]
     return out
 
 
 # -- device names ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("ifname,expected", [
-    ("eth0", "eth0"),
-    ("ens1f0np0", "ens1f0np0"),
-    ("Eth0", "eth0"),
-    ("eth0.100", "eth0-100"),
-    ("eth_0", "eth-0"),
-    ("enp0s31f6", "enp0s31f6"),
-    ("-wan-", "wan"),
-    ("__", "nic"),
-    ("wlp2s0@if3", "wlp2s0-if3"),
-    ("x" * 80, "x" * 63),
-    ("a" * 62 + ".b", "a" * 62),
-    ("éth0", "th0"),
-])
+@pytest.mark.parametrize(
+    "ifname,expected",
+    [
+        ("eth0", "eth0"),
+        ("ens1f0np0", "ens1f0np0"),
+        ("Eth0", "eth0"),
+        ("eth0.100", "eth0-100"),
+        ("eth_0", "eth-0"),
+        ("enp0s31f6", "enp0s31f6"),
+        ("-wan-", "wan"),
+        ("__", "nic"),
+        ("wlp2s0@if3", "wlp2s0-if3"),
+        ("x" * 80, "x" * 63),
+        ("a" * 62 + ".b", "a" * 62),
+        ("éth0", "th0"),
+    ],
+)
 def test_device_name_sanitizes(ifname, expected):
     assert device_name(ifname) == expected
     assert is_dns_label(device_name(ifname))
@@ -264,8 +288,10 @@ def test_duplicate_interface_names_rejected():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.text(alphabet=st.sampled_from("abAB01._-@:éx"), min_size=1, max_size=20),
-                unique=True, max_size=12), st.randoms())
+@given(
+    st.lists(st.text(alphabet=st.sampled_from("abAB01._-@:éx"), min_size=1, max_size=20), unique=True, max_size=12),
+    st.randoms(),
+)
 def test_unique_names_property(names, rnd):
     result = unique_device_names(names)
     assert set(result) == set(names)
@@ -278,12 +304,29 @@ def test_unique_names_property(names, rnd):
 
 # -- devices --------------------------------------------------------------------------------------
 
-PF = Nic(name="ens1f0", index=4, mac="3c:fd:fe:00:00:01", mtu=9000, kind="", oper_state="up", admin_up=True,
-         speed_mbps=25000, pci_address="0000:3b:00.0", pcie_root="pci0000:3a", numa_node=1,
-         sriov_totalvfs=64, sriov_numvfs=8, sriov_is_vf=False, virtual=False, driver="ice",
-         vendor_id="0x8086", device_id="0x159b")
-VETH = Nic(name="veth1", index=9, mac="02:00:00:00:00:09", mtu=1500, kind="veth", oper_state="down",
-           virtual=True, master="br0")
+PF = Nic(
+    name="ens1f0",
+    index=4,
+    mac="3c:fd:fe:00:00:01",
+    mtu=9000,
+    kind="",
+    oper_state="up",
+    admin_up=True,
+    speed_mbps=25000,
+    pci_address="0000:3b:00.0",
+    pcie_root="pci0000:3a",
+    numa_node=1,
+    sriov_totalvfs=64,
+    sriov_numvfs=8,
+    sriov_is_vf=False,
+    virtual=False,
+    driver="ice",
+    vendor_id="0x8086",
+    device_id="0x159b",
+)
+VETH = Nic(
+    name="veth1", index=9, mac="02:00:00:00:00:09", mtu=1500, kind="veth", oper_state="down", virtual=True, master="br0"
+)
 
 
 def test_device_for_physical_nic():
@@ -350,20 +393,21 @@ def test_every_attribute_name_is_valid_and_count_limited():
 
 
 def many_nics(n: int) -> list[Nic]:
-    return [Nic(name=f"ens{i}", index=i + 2, mac=f"02:00:00:00:{i // 256:02x}:{i % 256:02x}", mtu=1500)
-            for i in range(n)]
+    return [
+        Nic(name=f"ens{i}", index=i + 2, mac=f"02:00:00:00:{i // 256:02x}:{i % 256:02x}", mtu=1500) for i in range(n)
+    ]
 
 
 def test_single_slice_shape():
     uid = "0b4f3c2e-6a0d-4f57-9d4e-3d2b1a0c9e8f"
-    (s,) = build_slices(driver="dracni.io", node_name="worker-1.example", node_uid=uid, nics=[PF, VETH],
-                        generation=7)
+    (s,) = build_slices(driver="dracni.io", node_name="worker-1.example", node_uid=uid, nics=[PF, VETH], generation=7)
     assert validate_slice(s) == []
     assert s["apiVersion"] == API_VERSION and s["kind"] == "ResourceSlice"
     assert s["metadata"]["name"] == "worker-1.example-dracni-io-0"
     assert s["metadata"]["labels"] == {LABEL_DRIVER: "dracni.io", LABEL_NODE: "worker-1.example"}
     assert s["metadata"]["ownerReferences"] == [
-        {"apiVersion": "v1", "kind": "Node", "name": "worker-1.example", "uid": uid, "controller": True}]
+        {"apiVersion": "v1", "kind": "Node", "name": "worker-1.example", "uid": uid, "controller": True}
+    ]
     spec = s["spec"]
     assert spec["driver"] == "dracni.io" and spec["nodeName"] == "worker-1.example"
     assert spec["pool"] == {"name": "worker-1.example", "generation": 7, "resourceSliceCount": 1}
@@ -391,12 +435,20 @@ def test_more_than_128_nics_split_into_slices():
         assert validate_slice(s) == []
 
 
-@pytest.mark.parametrize("n,max_devices,sizes", [
-    (128, 128, [128]), (129, 128, [128, 1]), (10, 3, [3, 3, 3, 1]), (1, 1, [1]), (0, 128, [0]),
-])
+@pytest.mark.parametrize(
+    "n,max_devices,sizes",
+    [
+        (128, 128, [128]),
+        (129, 128, [128, 1]),
+        (10, 3, [3, 3, 3, 1]),
+        (1, 1, [1]),
+        (0, 128, [0]),
+    ],
+)
 def test_slice_counts(n, max_devices, sizes):
-    slices = build_slices(driver="dracni.io", node_name="n1", node_uid=None, nics=many_nics(n),
-                          generation=0, max_devices=max_devices)
+    slices = build_slices(
+        driver="dracni.io", node_name="n1", node_uid=None, nics=many_nics(n), generation=0, max_devices=max_devices
+    )
     assert [len(s["spec"]["devices"]) for s in slices] == sizes
     assert all(s["spec"]["pool"]["resourceSliceCount"] == len(sizes) for s in slices)
     assert all(validate_slice(s) == [] for s in slices)
@@ -408,8 +460,7 @@ def test_output_is_stable_under_input_order():
     for seed in range(5):
         shuffled = nics[:]
         random.Random(seed).shuffle(shuffled)
-        assert build_slices(driver="dracni.io", node_name="n1", node_uid="u", nics=shuffled,
-                            generation=1) == first
+        assert build_slices(driver="dracni.io", node_name="n1", node_uid="u", nics=shuffled, generation=1) == first
 
 
 def test_colliding_interface_names_in_a_slice():
@@ -429,7 +480,7 @@ def test_custom_driver_name():
 
 
 def test_long_node_names():
-    long_a = ("a" * 60 + ".") * 4 + "x" * 8           # 252 characters, a valid node name
+    long_a = ("a" * 60 + ".") * 4 + "x" * 8  # 252 characters, a valid node name
     long_b = ("a" * 60 + ".") * 4 + "y" * 8
     assert len(long_a) == 252
     na, nb = slice_name(long_a, "dracni.io", 0), slice_name(long_b, "dracni.io", 0)
@@ -448,13 +499,24 @@ def test_label_value():
         assert len(out) <= 63 and LABEL_VALUE.match(out), v
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"driver": "Dracni.io"}, {"driver": "dracni_io"}, {"driver": "a" * 64}, {"driver": ""},
-    {"node_name": "Node1"}, {"node_name": ""}, {"node_name": "a" * 254},
-    {"generation": -1}, {"generation": 1.5}, {"generation": True},
-    {"max_devices": 0}, {"max_devices": 129},
-    {"nics": [Nic("eth0", 1), Nic("eth0", 2)]},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"driver": "Dracni.io"},
+        {"driver": "dracni_io"},
+        {"driver": "a" * 64},
+        {"driver": ""},
+        {"node_name": "Node1"},
+        {"node_name": ""},
+        {"node_name": "a" * 254},
+        {"generation": -1},
+        {"generation": 1.5},
+        {"generation": True},
+        {"max_devices": 0},
+        {"max_devices": 129},
+        {"nics": [Nic("eth0", 1), Nic("eth0", 2)]},
+    ],
+)
 def test_invalid_arguments(kwargs):
     args = {"driver": "dracni.io", "node_name": "n1", "node_uid": None, "nics": [PF], "generation": 0}
     args.update(kwargs)
@@ -466,8 +528,7 @@ def test_invalid_arguments(kwargs):
 
 
 def _built(nics=(PF, VETH), generation=1, **kw):
-    return build_slices(driver="dracni.io", node_name="n1", node_uid="u", nics=list(nics),
-                        generation=generation, **kw)
+    return build_slices(driver="dracni.io", node_name="n1", node_uid="u", nics=list(nics), generation=generation, **kw)
 
 
 def test_slices_equal_ignores_generation_metadata_and_order():
@@ -492,18 +553,21 @@ def test_slices_equal_tolerates_client_nones_and_v1beta1():
     assert slices_equal(desired, to_v1beta1(desired))
 
 
-@pytest.mark.parametrize("mutate", [
-    lambda s: s["spec"]["devices"][0]["attributes"].update({"dracni.io/mtu": {"int": 1400}}),
-    lambda s: s["spec"]["devices"][0]["attributes"].pop("dracni.io/mac"),
-    lambda s: s["spec"]["devices"][0]["attributes"].update({"dracni.io/mtu": {"string": "9000"}}),
-    lambda s: s["spec"]["devices"].pop(),
-    lambda s: s["spec"]["devices"][0].update(name="other"),
-    lambda s: s["spec"]["pool"].update(resourceSliceCount=2),
-    lambda s: s["spec"]["pool"].update(name="n2"),
-    lambda s: s["spec"].update(nodeName="n2"),
-    lambda s: s["spec"].update(driver="other.io"),
-    lambda s: s["spec"].update(allNodes=True),
-])
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda s: s["spec"]["devices"][0]["attributes"].update({"dracni.io/mtu": {"int": 1400}}),
+        lambda s: s["spec"]["devices"][0]["attributes"].pop("dracni.io/mac"),
+        lambda s: s["spec"]["devices"][0]["attributes"].update({"dracni.io/mtu": {"string": "9000"}}),
+        lambda s: s["spec"]["devices"].pop(),
+        lambda s: s["spec"]["devices"][0].update(name="other"),
+        lambda s: s["spec"]["pool"].update(resourceSliceCount=2),
+        lambda s: s["spec"]["pool"].update(name="n2"),
+        lambda s: s["spec"].update(nodeName="n2"),
+        lambda s: s["spec"].update(driver="other.io"),
+        lambda s: s["spec"].update(allNodes=True),
+    ],
+)
 def test_slices_equal_sees_real_changes(mutate):
     desired = _built()[0]
     existing = copy.deepcopy(desired)
@@ -516,4 +580,3 @@ def test_slices_equal_after_nic_change():
     up = Nic(**{**VETH.__dict__, "oper_state": "up"})
     assert not slices_equal(_built(nics=[PF, up])[0], before)
     assert slices_equal(_built(nics=[VETH, PF], generation=9)[0], before)
-

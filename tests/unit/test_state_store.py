@@ -28,6 +28,7 @@ SCHEMA_PATH = REPO / "spec" / "state-records.schema.json"
 
 # -- helpers ------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     return tmp_path / "state"
@@ -62,15 +63,24 @@ def conflist(name: str = "macnet", version: str = "1.0.0") -> dict:
         "cniVersion": version,
         "name": name,
         "plugins": [
-            {"type": "macvlan", "master": "eth1", "mode": "bridge",
-             "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.10.0.0/24"}]]}},
+            {
+                "type": "macvlan",
+                "master": "eth1",
+                "mode": "bridge",
+                "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.10.0.0/24"}]]},
+            },
             {"type": "tuning", "capabilities": {"mac": True}},
         ],
     }
 
 
-def prepared_claim(uid: str = "claim-uid-1", *, namespace: str = "default", name: str = "web-net",
-                   pods: list[tuple[str, str]] = (("pod-uid-1", "web-0"),)) -> dict:
+def prepared_claim(
+    uid: str = "claim-uid-1",
+    *,
+    namespace: str = "default",
+    name: str = "web-net",
+    pods: list[tuple[str, str]] = (("pod-uid-1", "web-0"),),
+) -> dict:
     """A PreparedClaim as the kubelet plugin service writes it (without schema/kind)."""
     return {
         "uid": uid,
@@ -81,41 +91,86 @@ def prepared_claim(uid: str = "claim-uid-1", *, namespace: str = "default", name
         "preparedAt": "2024-05-01T10:00:00Z",
         "pods": [{"uid": u, "name": n} for u, n in pods],
         "devices": [
-            {"request": "net", "pool": "node-a", "device": "eth1-macvlan", "shareID": None,
-             "ifName": None, "config": conflist(),
-             "runtimeConfig": {"mac": "02:00:00:00:00:01"}, "capabilities": {"mac": True}},
-            {"request": "fast/sriov", "pool": "node-a", "device": "vf-3", "shareID": "share-7",
-             "ifName": "fast0", "config": conflist("sriovnet", "0.4.0")},
+            {
+                "request": "net",
+                "pool": "node-a",
+                "device": "eth1-macvlan",
+                "shareID": None,
+                "ifName": None,
+                "config": conflist(),
+                "runtimeConfig": {"mac": "02:00:00:00:00:01"},
+                "capabilities": {"mac": True},
+            },
+            {
+                "request": "fast/sriov",
+                "pool": "node-a",
+                "device": "vf-3",
+                "shareID": "share-7",
+                "ifName": "fast0",
+                "config": conflist("sriovnet", "0.4.0"),
+            },
         ],
     }
 
 
 def result_1x(address: str = "10.10.0.5/24") -> dict:
-    return {"cniVersion": "1.0.0",
-            "interfaces": [{"name": "net1", "mac": "02:00:00:00:00:01", "sandbox": "/var/run/netns/pod"}],
-            "ips": [{"address": address, "gateway": "10.10.0.1", "interface": 0}],
-            "routes": [{"dst": "0.0.0.0/0"}], "dns": {}}
+    return {
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "net1", "mac": "02:00:00:00:00:01", "sandbox": "/var/run/netns/pod"}],
+        "ips": [{"address": address, "gateway": "10.10.0.1", "interface": 0}],
+        "routes": [{"dst": "0.0.0.0/0"}],
+        "dns": {},
+    }
 
 
 def attachment(container_id: str = "c0ffee", ifname: str = "eth0", network: str = "cbr0") -> dict:
     """An Attachment as the CNI plugin's ADD writes it (without schema/kind)."""
     claim_ref = {"uid": "claim-uid-1", "namespace": "default", "name": "web-net"}
     return {
-        "network": network, "containerID": container_id, "ifName": ifname,
-        "netns": "/var/run/netns/pod", "cniArgs": "K8S_POD_UID=pod-uid-1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0",
-        "cniVersion": "1.0.0", "pod": {"uid": "pod-uid-1", "namespace": "default", "name": "web-0"},
-        "state": "ready", "error": None, "updatedAt": "2024-05-01T10:00:01Z",
-        "devices": [{
-            "claim": claim_ref, "request": "net", "pool": "node-a", "device": "eth1-macvlan", "shareID": None,
-            "ifName": "net1", "driver": "dracni.io", "result": result_1x(), "error": None,
-            "delegates": [
-                {"type": "macvlan", "cniVersion": "1.0.0", "added": True, "result": result_1x(),
-                 "config": {"type": "macvlan", "name": "macnet", "cniVersion": "1.0.0", "master": "eth1"}},
-                {"type": "tuning", "cniVersion": "1.0.0", "added": True, "result": result_1x(),
-                 "config": {"type": "tuning", "name": "macnet", "cniVersion": "1.0.0",
-                            "runtimeConfig": {"mac": "02:00:00:00:00:01"}}},
-            ],
-        }],
+        "network": network,
+        "containerID": container_id,
+        "ifName": ifname,
+        "netns": "/var/run/netns/pod",
+        "cniArgs": "K8S_POD_UID=pod-uid-1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0",
+        "cniVersion": "1.0.0",
+        "pod": {"uid": "pod-uid-1", "namespace": "default", "name": "web-0"},
+        "state": "ready",
+        "error": None,
+        "updatedAt": "2024-05-01T10:00:01Z",
+        "devices": [
+            {
+                "claim": claim_ref,
+                "request": "net",
+                "pool": "node-a",
+                "device": "eth1-macvlan",
+                "shareID": None,
+                "ifName": "net1",
+                "driver": "dracni.io",
+                "result": result_1x(),
+                "error": None,
+                "delegates": [
+                    {
+                        "type": "macvlan",
+                        "cniVersion": "1.0.0",
+                        "added": True,
+                        "result": result_1x(),
+                        "config": {"type": "macvlan", "name": "macnet", "cniVersion": "1.0.0", "master": "eth1"},
+                    },
+                    {
+                        "type": "tuning",
+                        "cniVersion": "1.0.0",
+                        "added": True,
+                        "result": result_1x(),
+                        "config": {
+                            "type": "tuning",
+                            "name": "macnet",
+                            "cniVersion": "1.0.0",
+                            "runtimeConfig": {"mac": "02:00:00:00:00:01"},
+                        },
+                    },
+                ],
+            }
+        ],
     }
 
 
@@ -131,10 +186,19 @@ def failed_attachment() -> dict:
 
 
 def fact(device: str, *, container_id: str = "c0ffee", ready: bool = True) -> dict:
-    return {"request": "net", "pool": "node-a", "device": device, "shareID": None, "ifName": "net1",
-            "ready": ready, "result": result_1x() if ready else None,
-            "error": None if ready else {"code": 100, "msg": "boom"},
-            "containerID": container_id, "podUID": "pod-uid-1", "updatedAt": "2024-05-01T10:00:01Z"}
+    return {
+        "request": "net",
+        "pool": "node-a",
+        "device": device,
+        "shareID": None,
+        "ifName": "net1",
+        "ready": ready,
+        "result": result_1x() if ready else None,
+        "error": None if ready else {"code": 100, "msg": "boom"},
+        "containerID": container_id,
+        "podUID": "pod-uid-1",
+        "updatedAt": "2024-05-01T10:00:01Z",
+    }
 
 
 CLAIM_REF = {"uid": "claim-uid-1", "namespace": "default", "name": "web-net", "driver": "dracni.io"}
@@ -142,8 +206,13 @@ CLAIM_REF = {"uid": "claim-uid-1", "namespace": "default", "name": "web-net", "d
 
 def run_python(code: str, *args: str, **kwargs) -> subprocess.Popen:
     """Start the venv's Python on ``code`` (dracni importable through the editable install)."""
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
 
 
 HOLDER = """
@@ -167,6 +236,7 @@ def start_holder(root: Path, hold: float) -> subprocess.Popen:
 
 
 # -- permissions and atomic writes ---------------------------------------------------------
+
 
 def test_tree_is_owner_only_and_records_are_0600(state: StateDir, root: Path) -> None:
     state.put_claim(prepared_claim())
@@ -288,6 +358,7 @@ def test_unsafe_record_names_are_refused(state: StateDir) -> None:
 
 # -- record shape and the schema -----------------------------------------------------------
 
+
 def test_records_carry_schema_and_kind(state: StateDir, root: Path) -> None:
     state.put_claim(prepared_claim())
     state.put_attachment(attachment())
@@ -299,8 +370,12 @@ def test_records_carry_schema_and_kind(state: StateDir, root: Path) -> None:
         record = json.loads(path.read_text())
         assert record["schema"] == SCHEMA_VERSION == 1, path
         kinds[path.relative_to(root).parts[0]] = record["kind"]
-    assert kinds == {"claims": "PreparedClaim", "pods": "PodIndex", "attachments": "Attachment",
-                     "outbox": "StatusOutbox"}
+    assert kinds == {
+        "claims": "PreparedClaim",
+        "pods": "PodIndex",
+        "attachments": "Attachment",
+        "outbox": "StatusOutbox",
+    }
 
 
 def test_every_record_written_validates_against_the_schema(state: StateDir, root: Path, validator) -> None:
@@ -334,8 +409,9 @@ def test_every_record_written_validates_against_the_schema(state: StateDir, root
     assert not validator.is_valid(att)
 
 
-def test_plugin_version_cache_record_validates_against_the_schema(state: StateDir, root: Path, tmp_path: Path,
-                                                                   validator) -> None:
+def test_plugin_version_cache_record_validates_against_the_schema(
+    state: StateDir, root: Path, tmp_path: Path, validator
+) -> None:
     """The store also writes cache/plugin-versions.json (kind PluginVersions) under the same
     layout and schema=1, but the schema's oneOf knows no such kind."""
     plugin_dir = tmp_path / "bin"
@@ -343,9 +419,9 @@ def test_plugin_version_cache_record_validates_against_the_schema(state: StateDi
     plugin = plugin_dir / "fake"
     plugin.write_text('#!/bin/sh\ncat >/dev/null\necho \'{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}\'\n')
     plugin.chmod(0o755)
-    DelegateRunner([str(plugin_dir)], {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-                   PluginVersionCache(state)).supported_versions(
-        str(plugin))
+    DelegateRunner(
+        [str(plugin_dir)], {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, PluginVersionCache(state)
+    ).supported_versions(str(plugin))
     record = json.loads((root / "cache" / "plugin-versions.json").read_text())
     assert record["schema"] == 1 and record["kind"] == "PluginVersions"
     errors = [e.message for e in validator.iter_errors(record)]
@@ -353,6 +429,7 @@ def test_plugin_version_cache_record_validates_against_the_schema(state: StateDi
 
 
 # -- the pod index ---------------------------------------------------------------------------
+
 
 def test_put_claim_indexes_by_uid_and_by_name(state: StateDir, root: Path) -> None:
     state.put_claim(prepared_claim())
@@ -440,6 +517,7 @@ def test_pod_claims_skips_index_entries_whose_claim_is_gone(state: StateDir, roo
 
 # -- attachments -------------------------------------------------------------------------------
 
+
 def test_attachments_round_trip_and_list_by_network(state: StateDir) -> None:
     state.put_attachment(attachment("c1", "eth0", "cbr0"))
     state.put_attachment(attachment("c2", "eth0", "cbr0"))
@@ -454,6 +532,7 @@ def test_attachments_round_trip_and_list_by_network(state: StateDir) -> None:
 
 
 # -- the status outbox -------------------------------------------------------------------------
+
 
 def test_update_outbox_creates_with_seq_1_and_increments(state: StateDir) -> None:
     rec = state.update_outbox(CLAIM_REF, lambda facts: facts + [fact("a")])
@@ -518,19 +597,25 @@ def test_pending_outbox_lists_only_unpublished(state: StateDir) -> None:
     state.update_outbox(dict(CLAIM_REF, uid="c-3"), lambda facts: facts + [fact("b")])
     state.mark_published("c-3", 1)  # older than seq 2
     assert [(r["claim"]["uid"], r["seq"], r["publishedSeq"]) for r in state.pending_outbox()] == [
-        ("c-1", 1, 0), ("c-3", 2, 1)]
+        ("c-1", 1, 0),
+        ("c-3", 2, 1),
+    ]
     assert [r["claim"]["uid"] for r in state.list_outbox()] == ["c-1", "c-2", "c-3"]
 
 
 # -- unreadable records ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("content", [
-    b"{not json",
-    b"",
-    b'{"schema": 1, "kind": "PreparedClaim"',  # torn write
-    b"\xff\xfe{}",  # not UTF-8
-    b'{"schema": 1, "x": NaN}',
-])
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{not json",
+        b"",
+        b'{"schema": 1, "kind": "PreparedClaim"',  # torn write
+        b"\xff\xfe{}",  # not UTF-8
+        b'{"schema": 1, "x": NaN}',
+    ],
+)
 def test_corrupt_record_raises_state_error_naming_the_file(state: StateDir, root: Path, content: bytes) -> None:
     state.put_claim(prepared_claim())
     path = root / "claims" / "claim-uid-1.json"
@@ -544,13 +629,16 @@ def test_corrupt_record_raises_state_error_naming_the_file(state: StateDir, root
         state.pod_claims("pod-uid-1", None, None)
 
 
-@pytest.mark.parametrize("record", [
-    {"schema": 2, "kind": "StatusOutbox"},
-    {"schema": "1", "kind": "StatusOutbox"},
-    {"kind": "StatusOutbox"},
-    [1, 2, 3],
-    "a string",
-])
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"schema": 2, "kind": "StatusOutbox"},
+        {"schema": "1", "kind": "StatusOutbox"},
+        {"kind": "StatusOutbox"},
+        [1, 2, 3],
+        "a string",
+    ],
+)
 def test_unknown_schema_version_raises_state_error_naming_the_file(state: StateDir, root: Path, record) -> None:
     state.update_outbox(CLAIM_REF, lambda facts: [fact("a")])
     path = root / "outbox" / "claim-uid-1.json"
@@ -574,6 +662,7 @@ def test_corrupt_pod_index_raises_naming_the_file(state: StateDir, root: Path) -
 
 # -- the lock, across processes ----------------------------------------------------------------
 
+
 def test_write_waits_while_another_process_holds_the_lock(state: StateDir, root: Path) -> None:
     state.ensure()
     holder = start_holder(root, 0.8)
@@ -595,17 +684,15 @@ def test_short_timeout_raises_state_error_naming_the_lock(root: Path) -> None:
     try:
         state = StateDir(str(root))
         started = time.monotonic()
-        with pytest.raises(StateError) as info:
-            with state.locked(timeout=0.3):
-                pytest.fail("acquired a lock held by another process")
+        with pytest.raises(StateError) as info, state.locked(timeout=0.3):
+            pytest.fail("acquired a lock held by another process")
         elapsed = time.monotonic() - started
         assert "lock" in str(info.value)
         assert "state.lock" in str(info.value)
         assert 0.25 <= elapsed < 5
         # the failed attempt left the object usable: depth 0, nothing held
-        with pytest.raises(StateError):
-            with state.locked(timeout=0.05):
-                pass
+        with pytest.raises(StateError), state.locked(timeout=0.05):
+            pass
     finally:
         holder.kill()
         holder.wait()
@@ -619,11 +706,11 @@ def test_lock_is_reentrant_within_one_state_dir(state: StateDir, root: Path) -> 
             state.put_claim(prepared_claim())  # takes the lock a third time
             state.update_outbox(CLAIM_REF, lambda facts: [fact("a")])
         # still held after the inner block: another StateDir (own open file) cannot get it
-        with pytest.raises(StateError, match="lock"):
-            with StateDir(str(root)).locked(timeout=0.1):
-                pass
+        with pytest.raises(StateError, match="lock"), StateDir(str(root)).locked(timeout=0.1):
+            pass
         # nor can another process
-        probe = run_python("""
+        probe = run_python(
+            """
             import sys
             from dracni.state.store import StateDir, StateError
             try:
@@ -631,7 +718,9 @@ def test_lock_is_reentrant_within_one_state_dir(state: StateDir, root: Path) -> 
                     print("acquired")
             except StateError:
                 print("busy")
-        """, str(root))
+        """,
+            str(root),
+        )
         out, err = probe.communicate(timeout=30)
         assert out.strip() == "busy", err
     # released after the outermost block
@@ -642,9 +731,8 @@ def test_lock_is_reentrant_within_one_state_dir(state: StateDir, root: Path) -> 
 
 def test_killed_holder_does_not_wedge_the_lock(root: Path) -> None:
     holder = start_holder(root, 300)
-    with pytest.raises(StateError):
-        with StateDir(str(root)).locked(timeout=0.1):
-            pass
+    with pytest.raises(StateError), StateDir(str(root)).locked(timeout=0.1):
+        pass
     holder.send_signal(signal.SIGKILL)
     holder.wait(timeout=10)
     assert holder.returncode == -signal.SIGKILL

@@ -7,10 +7,10 @@ import copy
 import orjson
 import pytest
 
-from dracni.state.store import StateDir
 from dracni.addresses import canonical_interface_address
 from dracni.clock import normalize_time
 from dracni.kube.validation import DATA_MAX_BYTES, validate_device_status, validate_status_devices
+from dracni.state.store import StateDir
 from dracni.status.entries import device_status_entry, status_devices
 
 DRIVER = "dracni.io"
@@ -284,10 +284,24 @@ def test_status_devices_from_a_real_outbox_record(tmp_path):
     claim = {"uid": "claim-uid-1", "namespace": "default", "name": "nets", "driver": DRIVER}
     facts = [
         fact(pool="node-1", device="net2", ifName="net2", updatedAt="2026-11-21T05:00:00Z"),
-        fact(pool="node-1", device="net1", ready=False, result=None, error={"code": 7, "msg": "old"}, updatedAt="2026-11-21T05:00:00Z"),
+        fact(
+            pool="node-1",
+            device="net1",
+            ready=False,
+            result=None,
+            error={"code": 7, "msg": "old"},
+            updatedAt="2026-11-21T05:00:00Z",
+        ),
         fact(pool="node-0", device="net9", ifName="net9", shareID=SHARE),
         fact(pool="node-1", device="net1", updatedAt="2026-11-21T06:00:00+00:00"),
-        fact(pool="node-1", device="net1", ready=False, result=None, error={"code": 7, "msg": "older"}, updatedAt="2026-11-21T05:59:59.9Z"),
+        fact(
+            pool="node-1",
+            device="net1",
+            ready=False,
+            result=None,
+            error={"code": 7, "msg": "older"},
+            updatedAt="2026-11-21T05:59:59.9Z",
+        ),
     ]
     record = state.update_outbox(claim, lambda devices: devices + facts)
     entries = status_devices(record, driver=DRIVER)
@@ -323,7 +337,9 @@ def valid_entry(**overrides) -> dict:
 
 def test_not_an_allocated_device():
     errs = validate_device_status(valid_entry(device="net7"), ALLOCATED)
-    assert errs == ['status.devices[0]: Invalid value: "dracni.io/node-1/net7": must be an allocated device in the claim']
+    assert errs == [
+        'status.devices[0]: Invalid value: "dracni.io/node-1/net7": must be an allocated device in the claim'
+    ]
     # no allocation given: not checked
     assert validate_device_status(valid_entry(device="net7")) == []
 
@@ -331,7 +347,9 @@ def test_not_an_allocated_device():
 def test_share_id_must_match_the_allocation():
     entry = valid_entry(shareID=SHARE)
     errs = validate_device_status(entry, ALLOCATED, path="status.devices[3]")
-    assert errs == [f'status.devices[3]: Invalid value: "dracni.io/node-1/net1/{SHARE}": must be an allocated device in the claim']
+    assert errs == [
+        f'status.devices[3]: Invalid value: "dracni.io/node-1/net1/{SHARE}": must be an allocated device in the claim'
+    ]
     assert validate_device_status(entry, [dict(ALLOCATED[0], shareID=SHARE)]) == []
 
 
@@ -365,7 +383,9 @@ def test_condition_zero_and_bad_time():
     errs = validate_device_status(valid_entry(conditions=[dict(base, lastTransitionTime="0001-01-01T00:00:00Z")]))
     assert errs == ["status.devices[0].conditions[0].lastTransitionTime: Required value: must be set"]
     errs = validate_device_status(valid_entry(conditions=[dict(base, lastTransitionTime="soon")]))
-    assert len(errs) == 1 and errs[0].startswith('status.devices[0].conditions[0].lastTransitionTime: Invalid value: "soon"')
+    assert len(errs) == 1 and errs[0].startswith(
+        'status.devices[0].conditions[0].lastTransitionTime: Invalid value: "soon"'
+    )
 
 
 def test_condition_type_reason_message():
@@ -373,7 +393,9 @@ def test_condition_type_reason_message():
     errs = validate_device_status(valid_entry(conditions=[good, dict(good)]))
     assert errs == ['status.devices[0].conditions[1].type: Duplicate value: "Ready"']
     errs = validate_device_status(valid_entry(conditions=[dict(good, type="not ok")]))
-    assert len(errs) == 1 and errs[0].startswith('status.devices[0].conditions[0].type: Invalid value: "not ok": name part')
+    assert len(errs) == 1 and errs[0].startswith(
+        'status.devices[0].conditions[0].type: Invalid value: "not ok": name part'
+    )
     errs = validate_device_status(valid_entry(conditions=[dict(good, reason="Not Ready")]))
     assert len(errs) == 1 and errs[0].startswith(
         'status.devices[0].conditions[0].reason: Invalid value: "Not Ready": a condition reason must start'

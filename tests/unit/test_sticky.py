@@ -4,23 +4,35 @@ from __future__ import annotations
 
 import pytest
 
+from dracni.addresses import missing_addresses
 from dracni.claims.resolve import ClaimError
 from dracni.claims.sticky import canonical_ips, from_template, pin_addresses
-from dracni.addresses import missing_addresses
 from dracni.status.entries import device_status_entry
 
 DRIVER = "dracni.io"
 
 
 def claim(*, annotations=None, owners=None, status_devices=None) -> dict:
-    return {"metadata": {"namespace": "ns", "name": "c", "annotations": annotations or {},
-                         "ownerReferences": owners or []},
-            "status": {"devices": status_devices or []}}
+    return {
+        "metadata": {"namespace": "ns", "name": "c", "annotations": annotations or {}, "ownerReferences": owners or []},
+        "status": {"devices": status_devices or []},
+    }
 
 
 def record(**device) -> dict:
-    return {"devices": [{"request": "net", "pool": "node-a", "device": "eth1", "shareID": None,
-                         "persistentIPs": False, "ipamClaim": None, **device}]}
+    return {
+        "devices": [
+            {
+                "request": "net",
+                "pool": "node-a",
+                "device": "eth1",
+                "shareID": None,
+                "persistentIPs": False,
+                "ipamClaim": None,
+                **device,
+            }
+        ]
+    }
 
 
 def status_entry(ips, device="eth1", driver=DRIVER) -> dict:
@@ -35,8 +47,11 @@ def test_non_persistent_attachments_request_nothing():
 
 def test_persistent_attachment_asks_for_its_status_addresses_canonicalized():
     rec = record(persistentIPs=True)
-    entries = [status_entry(["10.9.9.9/24"], device="eth2"), status_entry(["10.0.0.5/24"], driver="other"),
-               status_entry(["10.0.0.5/24", "FD00:0:0::5/64", "10.0.0.5/24"])]
+    entries = [
+        status_entry(["10.9.9.9/24"], device="eth2"),
+        status_entry(["10.0.0.5/24"], driver="other"),
+        status_entry(["10.0.0.5/24", "FD00:0:0::5/64", "10.0.0.5/24"]),
+    ]
     pin_addresses(claim(status_devices=entries), rec, driver=DRIVER, ipamclaims=None)
     assert rec["devices"][0]["requestedIPs"] == ["10.0.0.5/24", "fd00::5/64"]
 
@@ -64,14 +79,18 @@ def test_an_unreadable_ipamclaim_is_a_claim_error():
     with pytest.raises(ClaimError, match="cannot read IPAMClaim ns/vm: connection refused"):
         pin_addresses(claim(), record(ipamClaim="vm"), driver=DRIVER, ipamclaims=broken)
     with pytest.raises(ClaimError, match="not an address in CIDR form"):
-        pin_addresses(claim(), record(ipamClaim="vm"), driver=DRIVER,
-                      ipamclaims=lambda ns, n: {"status": {"ips": ["10.1.1.1"]}})
+        pin_addresses(
+            claim(), record(ipamClaim="vm"), driver=DRIVER, ipamclaims=lambda ns, n: {"status": {"ips": ["10.1.1.1"]}}
+        )
 
 
-@pytest.mark.parametrize("metadata", [
-    {"annotations": {"resource.kubernetes.io/pod-claim-name": "net"}},
-    {"owners": [{"kind": "Pod", "name": "p", "uid": "u", "controller": True}]},
-])
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"annotations": {"resource.kubernetes.io/pod-claim-name": "net"}},
+        {"owners": [{"kind": "Pod", "name": "p", "uid": "u", "controller": True}]},
+    ],
+)
 def test_template_generated_claims_never_pin(metadata):
     c = claim(status_devices=[status_entry(["10.0.0.5/24"])], **metadata)
     assert from_template(c)
@@ -96,9 +115,20 @@ def test_missing_addresses_ignores_prefix_length():
 
 
 def fact(**over) -> dict:
-    return {"request": "net", "pool": "node-a", "device": "eth1", "shareID": None, "ifName": "net1",
-            "ready": False, "result": None, "error": None, "containerID": "c", "podUID": "p",
-            "updatedAt": "2026-11-21T05:00:00Z", **over}
+    return {
+        "request": "net",
+        "pool": "node-a",
+        "device": "eth1",
+        "shareID": None,
+        "ifName": "net1",
+        "ready": False,
+        "result": None,
+        "error": None,
+        "containerID": "c",
+        "podUID": "p",
+        "updatedAt": "2026-11-21T05:00:00Z",
+        **over,
+    }
 
 
 def test_detached_entry_keeps_the_addresses_without_claiming_readiness():
@@ -110,7 +140,8 @@ def test_detached_entry_keeps_the_addresses_without_claiming_readiness():
 
 
 def test_a_failed_persistent_add_still_publishes_the_kept_addresses():
-    entry = device_status_entry(fact(keptIPs=["10.0.0.5/24"], error={"code": 100, "msg": "IPAM returned X"}),
-                                driver=DRIVER)
+    entry = device_status_entry(
+        fact(keptIPs=["10.0.0.5/24"], error={"code": 100, "msg": "IPAM returned X"}), driver=DRIVER
+    )
     assert entry["conditions"][0]["reason"] == "NetworkInterfaceNotReady"
     assert entry["networkData"]["ips"] == ["10.0.0.5/24"]

@@ -58,5 +58,13 @@ from .http_layer import RecordedRequest, RequestAttributes
 from .resources import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from .server import FakeApiServer
 
-__all__ = ["APPLY_PATCH", "JSON_PATCH", "MERGE_PATCH", "STRATEGIC_MERGE_PATCH", "ApiStatusError", "FakeApiServer",
-           "RecordedRequest", "RequestAttributes"]
+__all__ = [
+    "APPLY_PATCH",
+    "JSON_PATCH",
+    "MERGE_PATCH",
+    "STRATEGIC_MERGE_PATCH",
+    "ApiStatusError",
+    "FakeApiServer",
+    "RecordedRequest",
+    "RequestAttributes",
+]

@@ -35,8 +35,10 @@ def check_applied_object(res: Resource, api_version_expected: str, body: Any, na
     if not api_version or not kind:
         raise bad_request(f"invalid object type: {api_version or ''}, Kind={kind or ''}")
     if api_version != api_version_expected:
-        raise bad_request(f"the API version in the data ({api_version}) does not match the expected API version "
-                          f"({api_version_expected})")
+        raise bad_request(
+            f"the API version in the data ({api_version}) does not match the expected API version "
+            f"({api_version_expected})"
+        )
     if kind != res.kind:
         raise bad_request(f"the kind in the data ({kind}) does not match the expected kind ({res.kind})")
     meta: Obj = body.get("metadata") or {}
@@ -44,15 +46,19 @@ def check_applied_object(res: Resource, api_version_expected: str, body: Any, na
     return meta
 
 
-def conflict_error(conflicts: list[tuple[ManagerId, str]], book: Bookkeeping, api_version: str, *,
-                   by_manager: bool) -> ApiStatusError:
+def conflict_error(
+    conflicts: list[tuple[ManagerId, str]], book: Bookkeeping, api_version: str, *, by_manager: bool
+) -> ApiStatusError:
     """409 for ``(manager, field path)`` conflicts.  Several are listed grouped by manager
     (``by_manager``) or one line each."""
+
     def who(mid: ManagerId) -> str:
         return print_manager(mid, book.when(mid), api_version)
 
-    causes = [{"reason": "FieldManagerConflict", "message": f"conflict with {who(mid)}", "field": path}
-              for mid, path in conflicts]
+    causes = [
+        {"reason": "FieldManagerConflict", "message": f"conflict with {who(mid)}", "field": path}
+        for mid, path in conflicts
+    ]
     if len(conflicts) == 1:
         mid, path = conflicts[0]
         message = f"Apply failed with 1 conflict: conflict with {who(mid)}: {path}"
@@ -67,12 +73,19 @@ def conflict_error(conflicts: list[tuple[ManagerId, str]], book: Bookkeeping, ap
         message = f"Apply failed with {len(conflicts)} conflicts: " + "\n".join(lines)
     else:
         message = f"Apply failed with {len(conflicts)} conflicts: " + "\n".join(
-            f"conflict with {who(mid)}: {path}" for mid, path in conflicts)
+            f"conflict with {who(mid)}: {path}" for mid, path in conflicts
+        )
     return ApiStatusError(409, "Conflict", message, {"causes": causes})
 
 
-def apply_devices(book: Bookkeeping, entries: dict[DeviceKey, Obj], applied: dict[DeviceKey, Obj],
-                  mid: ManagerId, force: bool, api_version: str) -> None:
+def apply_devices(
+    book: Bookkeeping,
+    entries: dict[DeviceKey, Obj],
+    applied: dict[DeviceKey, Obj],
+    mid: ManagerId,
+    force: bool,
+    api_version: str,
+) -> None:
     """Apply ``applied`` entries by ``mid`` to the stored ``entries`` and ``book`` (both changed in
     place): ownership per entry (``.``) and per top-level entry field."""
     conflicts: list[tuple[ManagerId, str]] = []
@@ -124,8 +137,7 @@ def apply_devices(book: Bookkeeping, entries: dict[DeviceKey, Obj], applied: dic
         fmap.setdefault(".", set()).add(mid)
 
 
-def apply_fields(book: Bookkeeping, status: Obj, applied: Obj, mid: ManagerId, force: bool,
-                 api_version: str) -> None:
+def apply_fields(book: Bookkeeping, status: Obj, applied: Obj, mid: ManagerId, force: bool, api_version: str) -> None:
     """Apply top-level ``status`` fields by ``mid`` (``status`` and ``book`` changed in place):
     each applied field replaces the stored one and is owned by ``mid``."""
     conflicts: list[tuple[ManagerId, str]] = []

@@ -130,8 +130,11 @@ def _status_update(store: Store, namespace: str, name: str, current: Obj, status
     if not isinstance(new_devices, list):
         new_devices = []
     record_update_ownership(book, old_devices, new_devices, mid)
-    changed = [f"f:{k}" for k in set(status) | set(current.get("status") or {})
-               if k != "devices" and not json_equal(status.get(k), (current.get("status") or {}).get(k))]
+    changed = [
+        f"f:{k}"
+        for k in set(status) | set(current.get("status") or {})
+        if k != "devices" and not json_equal(status.get(k), (current.get("status") or {}).get(k))
+    ]
     if changed or not json_equal(old_devices, new_devices):
         book.touch(mid, {"f:status": {k: {} for k in changed}} if changed else None)
     return _commit_status(store, namespace, name, current, status, book)
@@ -154,8 +157,11 @@ def patch_status(store: Store, namespace: str, name: str, patch: Obj, strategic:
     with store.lock:
         current = store.require(CLAIMS, namespace, name)
         check_preconditions(CLAIMS, name, current, patch.get("metadata") or {})
-        status = merge_patch(current.get("status") or {}, patch.get("status") or {}, strategic) \
-            if "status" in patch else copy.deepcopy(current.get("status") or {})
+        status = (
+            merge_patch(current.get("status") or {}, patch.get("status") or {}, strategic)
+            if "status" in patch
+            else copy.deepcopy(current.get("status") or {})
+        )
         if patch.get("status", _MISSING) is None:
             status = {}
         return _status_update(store, namespace, name, current, status, mid)
@@ -182,7 +188,8 @@ def _applied_devices(body: Obj) -> dict[DeviceKey, Obj]:
             if required not in entry:
                 raise _typed_patch_error(
                     f".status.devices: element {index}: associative list with keys has an element that omits "
-                    f'key field "{required}" (and doesn\'t have default value)')
+                    f'key field "{required}" (and doesn\'t have default value)'
+                )
         key = device_key(entry)
         if key in applied_map:
             raise _typed_patch_error(f".status.devices: duplicate entries for key [{key_text(key)}]")
@@ -239,8 +246,7 @@ class ClaimHelpers:
                 raise already_exists(CLAIMS, meta.get("name"))
             if not obj.get("status"):
                 obj.pop("status", None)
-            return self._store.create(CLAIMS, namespace, obj, ("kube-controller-manager", "Update", ""),
-                                      keep_uid=True)
+            return self._store.create(CLAIMS, namespace, obj, ("kube-controller-manager", "Update", ""), keep_uid=True)
 
     def get_claim(self, namespace: str, name: str) -> Obj | None:
         return self._store.copy_of("resourceclaims", namespace, name)
@@ -248,9 +254,15 @@ class ClaimHelpers:
     def list_claims(self, namespace: str | None = None) -> list[Obj]:
         return self._store.copies("resourceclaims", namespace)
 
-    def set_claim_allocation(self, namespace: str, name: str, allocation: Obj | None,
-                             reserved_for: list[Obj] | None = None, *,
-                             clear_devices: bool | None = None) -> Obj:
+    def set_claim_allocation(
+        self,
+        namespace: str,
+        name: str,
+        allocation: Obj | None,
+        reserved_for: list[Obj] | None = None,
+        *,
+        clear_devices: bool | None = None,
+    ) -> Obj:
         """Write ``status.allocation``/``reservedFor`` as the scheduler does (MODIFIED event).
 
         ``allocation=None`` deallocates; ``status.devices`` is then cleared too (as the
@@ -275,8 +287,9 @@ class ClaimHelpers:
                 new.pop("status", None)
             book = self._store.book(("resourceclaims", namespace, name))
             mid = ("kube-scheduler", "Update", "status")
-            record_update_ownership(book, (old.get("status") or {}).get("devices") or [],
-                                    status.get("devices") or [], mid)
+            record_update_ownership(
+                book, (old.get("status") or {}).get("devices") or [], status.get("devices") or [], mid
+            )
             book.touch(mid, {"f:status": {"f:allocation": {}, "f:reservedFor": {}}})
             return self._store.put(CLAIMS, namespace, name, new, "MODIFIED", old)
 

@@ -20,8 +20,11 @@ def ensure_namespace(store: Store, name: str, labels: dict[str, str] | None = No
         existing = store.objects.get(("namespaces", "", name))
         if existing is not None:
             return copy.deepcopy(existing)
-        obj = {"metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name, **(labels or {})}},
-               "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+        obj = {
+            "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name, **(labels or {})}},
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {"phase": "Active"},
+        }
         return store.create(NAMESPACES.res, "", obj, ("kube-apiserver", "Update", ""))
 
 
@@ -35,14 +38,25 @@ class NodesAndNamespaces:
 
     def add_node(self, name: str, labels: dict[str, str] | None = None, uid: str | None = None) -> Obj:
         """A Node as a kubelet registers it (``kubernetes.io/hostname`` label, Ready)."""
-        metadata: dict[str, Any] = {"name": name, "labels": {"kubernetes.io/hostname": name,
-                                                             "kubernetes.io/os": "linux", **(labels or {})}}
+        metadata: dict[str, Any] = {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **(labels or {})},
+        }
         obj = {
             "metadata": metadata,
             "spec": {},
-            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                       "message": "kubelet is posting ready status",
-                                       "lastHeartbeatTime": now_rfc3339(), "lastTransitionTime": now_rfc3339()}]},
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "message": "kubelet is posting ready status",
+                        "lastHeartbeatTime": now_rfc3339(),
+                        "lastTransitionTime": now_rfc3339(),
+                    }
+                ]
+            },
         }
         if uid:
             metadata["uid"] = uid

@@ -98,8 +98,9 @@ def http_update(store: Store, kind: Kind, namespace: str, name: str, body: Any, 
         return update(store, kind, namespace, name, obj, mid)
 
 
-def patch_object(store: Store, kind: Kind, namespace: str, name: str, patch: Obj, strategic: bool,
-                 mid: ManagerId) -> Obj:
+def patch_object(
+    store: Store, kind: Kind, namespace: str, name: str, patch: Obj, strategic: bool, mid: ManagerId
+) -> Obj:
     """A merge (or strategic merge) patch on an object: an update of the merged object whose
     resourceVersion precondition is the patch's, if it has one."""
     with store.lock:
@@ -119,12 +120,22 @@ def delete(store: Store, res: Resource, namespace: str, name: str, body: Any) ->
         if preconditions:
             cur_meta = current["metadata"]
             if preconditions.get("uid") and preconditions["uid"] != cur_meta.get("uid"):
-                raise conflict(res, name, f"Precondition failed: UID in precondition: {preconditions['uid']}, "
-                                          f"UID in object meta: {cur_meta.get('uid')}")
-            if preconditions.get("resourceVersion") and preconditions["resourceVersion"] != cur_meta.get("resourceVersion"):
-                raise conflict(res, name, f"Precondition failed: ResourceVersion in precondition: "
-                                          f"{preconditions['resourceVersion']}, ResourceVersion in object meta: "
-                                          f"{cur_meta.get('resourceVersion')}")
+                raise conflict(
+                    res,
+                    name,
+                    f"Precondition failed: UID in precondition: {preconditions['uid']}, "
+                    f"UID in object meta: {cur_meta.get('uid')}",
+                )
+            if preconditions.get("resourceVersion") and preconditions["resourceVersion"] != cur_meta.get(
+                "resourceVersion"
+            ):
+                raise conflict(
+                    res,
+                    name,
+                    f"Precondition failed: ResourceVersion in precondition: "
+                    f"{preconditions['resourceVersion']}, ResourceVersion in object meta: "
+                    f"{cur_meta.get('resourceVersion')}",
+                )
         if current["metadata"].get("finalizers"):
             if current["metadata"].get("deletionTimestamp"):
                 return copy.deepcopy(current)

@@ -21,23 +21,46 @@ def _resource_list(group_version: str, plurals: list[str]) -> dict[str, Any]:
     resources: list[dict[str, Any]] = []
     for plural in plurals:
         res = RESOURCES[plural]
-        resources.append({"name": plural, "singularName": res.singular, "namespaced": res.namespaced,
-                          "kind": res.kind, "verbs": list(res.verbs)})
+        resources.append(
+            {
+                "name": plural,
+                "singularName": res.singular,
+                "namespaced": res.namespaced,
+                "kind": res.kind,
+                "verbs": list(res.verbs),
+            }
+        )
         if res.status_subresource:
-            resources.append({"name": f"{plural}/status", "singularName": "", "namespaced": True,
-                              "kind": res.kind, "verbs": ["get", "patch", "update"]})
+            resources.append(
+                {
+                    "name": f"{plural}/status",
+                    "singularName": "",
+                    "namespaced": True,
+                    "kind": res.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
 
 
 def discovery(segments: list[str], port: int | None, ipamclaims: bool) -> dict[str, Any] | None:
     """The discovery document at ``/`` + ``segments``, None when the path is not a discovery one."""
     if segments == ["version"]:
-        return {**KUBERNETES_VERSION, "gitCommit": "0" * 40, "gitTreeState": "clean",
-                "buildDate": "2025-08-27T00:00:00Z", "goVersion": "go1.24.6", "compiler": "gc",
-                "platform": "linux/amd64"}
+        return {
+            **KUBERNETES_VERSION,
+            "gitCommit": "0" * 40,
+            "gitTreeState": "clean",
+            "buildDate": "2025-08-27T00:00:00Z",
+            "goVersion": "go1.24.6",
+            "compiler": "gc",
+            "platform": "linux/amd64",
+        }
     if segments == ["api"]:
-        return {"kind": "APIVersions", "versions": ["v1"],
-                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{port}"}]}
+        return {
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{port}"}],
+        }
     group_version = {"groupVersion": RESOURCE_API_VERSION, "version": RESOURCE_VERSION}
     group = {"name": RESOURCE_GROUP, "versions": [group_version], "preferredVersion": group_version}
     ipam_version = {"groupVersion": IPAM_API_VERSION, "version": IPAM_VERSION}

@@ -38,9 +38,21 @@ class BodyError(Exception):
 
 
 #: The ``reason`` of a Status for each code (used by injected failures).
-REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
-           409: "Conflict", 410: "Expired", 415: "UnsupportedMediaType", 422: "Invalid", 429: "TooManyRequests",
-           500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout"}
+REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    410: "Expired",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
 
 STALE = "the object has been modified; please apply your changes to the latest version and try again"
 
@@ -70,8 +82,9 @@ def already_exists(res: Resource, name: str) -> ApiStatusError:
 
 
 def conflict(res: Resource, name: str, why: str) -> ApiStatusError:
-    return ApiStatusError(409, "Conflict", f'Operation cannot be fulfilled on {res.qualified} "{name}": {why}',
-                          details(res, name))
+    return ApiStatusError(
+        409, "Conflict", f'Operation cannot be fulfilled on {res.qualified} "{name}": {why}', details(res, name)
+    )
 
 
 def bad_request(message: str) -> ApiStatusError:
@@ -79,8 +92,9 @@ def bad_request(message: str) -> ApiStatusError:
 
 
 def method_not_allowed() -> ApiStatusError:
-    return ApiStatusError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource",
-                          {})
+    return ApiStatusError(
+        405, "MethodNotAllowed", "the server does not allow this method on the requested resource", {}
+    )
 
 
 def path_not_found() -> ApiStatusError:
@@ -122,13 +136,20 @@ def invalid(res: Resource, name: str, errors: list[str]) -> ApiStatusError:
     causes = [_cause(error) for error in unique]
     aggregate = unique[0] if len(unique) == 1 else "[" + ", ".join(unique) + "]"
     return ApiStatusError(
-        422, "Invalid", f'{res.group_kind} "{name}" is invalid: {aggregate}',
-        {"name": name, "group": res.group, "kind": res.kind, "causes": causes} if res.group
+        422,
+        "Invalid",
+        f'{res.group_kind} "{name}" is invalid: {aggregate}',
+        {"name": name, "group": res.group, "kind": res.kind, "causes": causes}
+        if res.group
         else {"name": name, "kind": res.kind, "causes": causes},
     )
 
 
 def invalid_options(kind: str, error: str) -> ApiStatusError:
     """422 for bad request options (``ValidatePatchOptions``): ``PatchOptions.meta.k8s.io "" is invalid``."""
-    return ApiStatusError(422, "Invalid", f'{kind}.meta.k8s.io "" is invalid: {error}',
-                          {"group": "meta.k8s.io", "kind": kind, "causes": [_cause(error)]})
+    return ApiStatusError(
+        422,
+        "Invalid",
+        f'{kind}.meta.k8s.io "" is invalid: {error}',
+        {"group": "meta.k8s.io", "kind": kind, "causes": [_cause(error)]},
+    )

@@ -77,8 +77,7 @@ class Server(ThreadingHTTPServer):
     block_on_close = False
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
-                 fake: FakeApiServer) -> None:
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], fake: FakeApiServer) -> None:
         self.fake = fake
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()
@@ -195,8 +194,15 @@ class HttpFrontend:
         path = unquote(parts.path).rstrip("/") or "/"
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         content_type = (handler.headers.get("Content-Type") or "").split(";")[0].strip() or None
-        record = RecordedRequest(handler.command, path, query, content_type, query.get("fieldManager"), None,
-                                 user_agent=handler.headers.get("User-Agent"))
+        record = RecordedRequest(
+            handler.command,
+            path,
+            query,
+            content_type,
+            query.get("fieldManager"),
+            None,
+            user_agent=handler.headers.get("User-Agent"),
+        )
         with self._store.lock:
             self.requests.append(record)
         try:
@@ -215,7 +221,7 @@ class HttpFrontend:
             code, body = 400, ApiStatusError(400, "BadRequest", str(err)).status()
         except (BrokenPipeError, ConnectionResetError):
             return
-        except Exception as exc:  # noqa: BLE001 - a bug in the fake: answer 500 and keep it for the test to see
+        except Exception as exc:
             detail = "".join(traceback.format_exception(exc))
             with self._store.lock:
                 self.internal_errors.append(detail)
@@ -246,8 +252,7 @@ class HttpFrontend:
                     self._injected.remove(injected)
                 raise ApiStatusError(injected.code, injected.reason, injected.message)
 
-    def _authorize(self, user: str, verb: str, res: Resource, subresource: str, namespace: str,
-                   name: str) -> None:
+    def _authorize(self, user: str, verb: str, res: Resource, subresource: str, namespace: str, name: str) -> None:
         if self.authorizer is None:
             return
         attrs = RequestAttributes(user, verb, res.plural, subresource, namespace, name, res.group)
@@ -257,19 +262,38 @@ class HttpFrontend:
         subject = f'{res.qualified} "{name}"' if name else res.qualified
         where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
         group = f'in API group "{res.group}"'
-        raise ApiStatusError(403, "Forbidden",
-                             f'{subject} is forbidden: User "{user}" cannot {verb} resource "{what}" {group} {where}',
-                             details(res, name or None))
+        raise ApiStatusError(
+            403,
+            "Forbidden",
+            f'{subject} is forbidden: User "{user}" cannot {verb} resource "{what}" {group} {where}',
+            details(res, name or None),
+        )
 
     # -- test helpers ---------------------------------------------------------------------------
-    def fail_next(self, code: int, *, method: str | None = None, path: str | None = None, times: int = 1,
-                  reason: str | None = None, message: str | None = None,
-                  headers: dict[str, str] | None = None) -> None:
+    def fail_next(
+        self,
+        code: int,
+        *,
+        method: str | None = None,
+        path: str | None = None,
+        times: int = 1,
+        reason: str | None = None,
+        message: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         """Answer the next ``times`` matching requests (method, path substring) with a Status error."""
         with self._store.lock:
-            self._injected.append(Injected(code, method.upper() if method else None, path, times,
-                                           reason or REASONS.get(code, "Unknown"),
-                                           message or f"injected failure {code}", headers or {}))
+            self._injected.append(
+                Injected(
+                    code,
+                    method.upper() if method else None,
+                    path,
+                    times,
+                    reason or REASONS.get(code, "Unknown"),
+                    message or f"injected failure {code}",
+                    headers or {},
+                )
+            )
 
     def reset_requests(self) -> None:
         with self._store.lock:
@@ -277,6 +301,8 @@ class HttpFrontend:
 
     def requests_to(self, method: str | None = None, path_contains: str | None = None) -> list[RecordedRequest]:
         with self._store.lock:
-            return [r for r in self.requests
-                    if (method is None or r.method == method.upper())
-                    and (path_contains is None or path_contains in r.path)]
+            return [
+                r
+                for r in self.requests
+                if (method is None or r.method == method.upper()) and (path_contains is None or path_contains in r.path)
+            ]

@@ -17,14 +17,22 @@ from .resources import Obj
 _IPAM_SPEC_FIELDS = ("network", "interface")
 _IPAM_STATUS_FIELDS = ("ips", "ownerPod", "conditions")
 _CONDITION_FIELDS = ("type", "status", "observedGeneration", "lastTransitionTime", "reason", "message")
-_CONDITION_TYPE = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                             r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$")
+_CONDITION_TYPE = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
 _CONDITION_REASON = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
 
 
 #: JSON Schema type names of Python's JSON values (bool before int: a bool is an int).
 _JSON_TYPES: tuple[tuple[type, str], ...] = (
-    (bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array"), (dict, "object"))
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "number"),
+    (str, "string"),
+    (list, "array"),
+    (dict, "object"),
+)
 
 
 def _json_type(value: Any) -> str:
@@ -91,12 +99,14 @@ def _validate_condition(path: str, condition: Any) -> list[str]:
         if len(ctype) > 316:
             errs.append(fe.too_long(f"{path}.type", 316))
         if not _CONDITION_TYPE.match(ctype):
-            errs.append(fe.invalid(f"{path}.type", ctype, f"{path}.type in body should match "
-                                    f"'{_CONDITION_TYPE.pattern}'"))
+            errs.append(
+                fe.invalid(f"{path}.type", ctype, f"{path}.type in body should match '{_CONDITION_TYPE.pattern}'")
+            )
     cstatus = condition.get("status")
     if isinstance(cstatus, str) and cstatus not in ("True", "False", "Unknown"):
-        errs.append(f'{path}.status: Unsupported value: {json.dumps(cstatus)}: supported values: '
-                    f'"True", "False", "Unknown"')
+        errs.append(
+            f'{path}.status: Unsupported value: {json.dumps(cstatus)}: supported values: "True", "False", "Unknown"'
+        )
     reason = condition.get("reason")
     if isinstance(reason, str):
         if len(reason) > 1024:
@@ -104,22 +114,35 @@ def _validate_condition(path: str, condition: Any) -> list[str]:
         if not reason:
             errs.append(fe.invalid(f"{path}.reason", reason, f"{path}.reason in body should be at least 1 chars long"))
         elif not _CONDITION_REASON.match(reason):
-            errs.append(fe.invalid(f"{path}.reason", reason, f"{path}.reason in body should match "
-                                    f"'{_CONDITION_REASON.pattern}'"))
+            errs.append(
+                fe.invalid(
+                    f"{path}.reason", reason, f"{path}.reason in body should match '{_CONDITION_REASON.pattern}'"
+                )
+            )
     message = condition.get("message")
     if isinstance(message, str) and len(message) > 32768:
         errs.append(fe.too_long(f"{path}.message", 32768))
     moment = condition.get("lastTransitionTime")
     if isinstance(moment, str) and parse_rfc3339(moment) is None:
-        errs.append(fe.invalid(f"{path}.lastTransitionTime", moment,
-                                f"{path}.lastTransitionTime in body must be of type date-time: {json.dumps(moment)}"))
+        errs.append(
+            fe.invalid(
+                f"{path}.lastTransitionTime",
+                moment,
+                f"{path}.lastTransitionTime in body must be of type date-time: {json.dumps(moment)}",
+            )
+        )
     generation = condition.get("observedGeneration")
     if generation is not None:
         if not isinstance(generation, int) or isinstance(generation, bool):
             errs.append(type_error(f"{path}.observedGeneration", generation, "integer"))
         elif generation < 0:
-            errs.append(fe.invalid(f"{path}.observedGeneration", generation,
-                                    f"{path}.observedGeneration in body should be greater than or equal to 0"))
+            errs.append(
+                fe.invalid(
+                    f"{path}.observedGeneration",
+                    generation,
+                    f"{path}.observedGeneration in body should be greater than or equal to 0",
+                )
+            )
     return errs
 
 
@@ -160,8 +183,13 @@ def validate(obj: Obj, require_interface: bool = True) -> list[str]:
                     if not isinstance(ip, str):
                         errs.append(type_error(path, ip, "string"))
                     elif not _is_cidr(ip):
-                        errs.append(fe.invalid(path, ip, "must be a CIDR: an IP address with a prefix length "
-                                                          "(e.g. 10.0.0.5/24 or fd00::5/64)"))
+                        errs.append(
+                            fe.invalid(
+                                path,
+                                ip,
+                                "must be a CIDR: an IP address with a prefix length (e.g. 10.0.0.5/24 or fd00::5/64)",
+                            )
+                        )
         if "ownerPod" in status:
             owner = status["ownerPod"]
             if not isinstance(owner, dict):

@@ -78,8 +78,9 @@ def put_status(store: Store, namespace: str, name: str, body: Any, mid: ManagerI
         current = store.require(IPAMCLAIMS, namespace, name)
         check_preconditions(IPAMCLAIMS, name, current, meta)
         status = obj.get("status")
-        return _status_update(store, namespace, name, current,
-                              copy.deepcopy(status) if isinstance(status, dict) else status, mid)
+        return _status_update(
+            store, namespace, name, current, copy.deepcopy(status) if isinstance(status, dict) else status, mid
+        )
 
 
 def patch_status(store: Store, namespace: str, name: str, patch: Obj, strategic: bool, mid: ManagerId) -> Obj:
@@ -143,11 +144,20 @@ class IpamClaimHelpers:
                 self._store.remove("ipamclaims", namespace, name)
             return len(victims)
 
-    def create_ipamclaim(self, namespace: str, name: str, network: str, interface: str | None = None,
-                         ips: list[str] | None = None, *, owner_pod: str | None = None,
-                         conditions: list[Obj] | None = None, labels: dict[str, str] | None = None,
-                         owner_references: list[Obj] | None = None,
-                         manager: str = "virt-controller") -> Obj:
+    def create_ipamclaim(
+        self,
+        namespace: str,
+        name: str,
+        network: str,
+        interface: str | None = None,
+        ips: list[str] | None = None,
+        *,
+        owner_pod: str | None = None,
+        conditions: list[Obj] | None = None,
+        labels: dict[str, str] | None = None,
+        owner_references: list[Obj] | None = None,
+        manager: str = "virt-controller",
+    ) -> Obj:
         """Store an IPAMClaim as KubeVirt creates one; creates its namespace; ADDED event.
 
         ``ips``/``owner_pod``/``conditions`` pre-fill ``status`` (as if the IPAM plugin had already
@@ -156,8 +166,9 @@ class IpamClaimHelpers:
         Needs the CRD installed (``ipamclaims=True``/``install_ipamclaims()``).
         """
         if not self._ipamclaims:
-            raise RuntimeError("the IPAMClaim CRD is not installed: FakeApiServer(ipamclaims=True) "
-                               "or install_ipamclaims()")
+            raise RuntimeError(
+                "the IPAMClaim CRD is not installed: FakeApiServer(ipamclaims=True) or install_ipamclaims()"
+            )
         spec: dict[str, Any] = {"network": network}
         if interface is not None:
             spec["interface"] = interface
@@ -195,14 +206,16 @@ class IpamClaimHelpers:
     def list_ipamclaims(self, namespace: str | None = None) -> list[Obj]:
         return self._store.copies("ipamclaims", namespace)
 
-    def set_ipamclaim_status(self, namespace: str, name: str, status: Obj | None, *,
-                             manager: str = "ovnkube-controller") -> Obj:
+    def set_ipamclaim_status(
+        self, namespace: str, name: str, status: Obj | None, *, manager: str = "ovnkube-controller"
+    ) -> Obj:
         """Replace ``status`` as another controller's status ``PUT`` would (validated; MODIFIED event
         unless nothing changed); ``None`` clears it."""
         with self._store.lock:
             current = self._store.require(IPAMCLAIMS, namespace, name)
-            return _status_update(self._store, namespace, name, current, copy.deepcopy(status or {}),
-                                  (manager, "Update", "status"))
+            return _status_update(
+                self._store, namespace, name, current, copy.deepcopy(status or {}), (manager, "Update", "status")
+            )
 
     def delete_ipamclaim(self, namespace: str, name: str) -> Obj | None:
         """Remove an IPAMClaim now (finalizers ignored); DELETED event.  None when it was not there."""

@@ -98,7 +98,7 @@ class Bookkeeping:
     def render(self, api_version: str) -> list[dict[str, Any]]:
         entries = []
         mids = list(self.managers)
-        for key, fmap in self.devices.items():
+        for fmap in self.devices.values():
             for owners in fmap.values():
                 for mid in owners:
                     if mid not in mids:
@@ -144,9 +144,11 @@ class Bookkeeping:
 def same_ownership(old: Bookkeeping | None, new: Bookkeeping, api_version: str) -> bool:
     """Whether both render the same managedFields, times aside (a write that changes neither the
     object nor its ownership is a no-op: no new resourceVersion, no event)."""
+
     def untimed(book: Bookkeeping | None) -> list[dict[str, Any]]:
         entries = book.render(api_version) if book is not None else []
         return [{k: v for k, v in e.items() if k != "time"} for e in entries]
+
     return json_equal(untimed(old), untimed(new))
 
 

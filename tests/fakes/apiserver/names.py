@@ -13,15 +13,21 @@ from .dracni_rules import fe
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_LABEL_MSG = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
-              "start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
-              "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
-_SUBDOMAIN_MSG = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-                  "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
-                  "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
-_C_IDENTIFIER_MSG = ("a valid C identifier must start with alphabetic character or '_', followed by a string of "
-                     "alphanumeric characters or '_' (e.g. 'my_name',  or 'MY_NAME',  or 'MyName', regex used "
-                     "for validation is '[A-Za-z_][A-Za-z0-9_]*')")
+_LABEL_MSG = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
+    "start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
+    "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+_SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+    "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+    "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+_C_IDENTIFIER_MSG = (
+    "a valid C identifier must start with alphabetic character or '_', followed by a string of "
+    "alphanumeric characters or '_' (e.g. 'my_name',  or 'MY_NAME',  or 'MyName', regex used "
+    "for validation is '[A-Za-z_][A-Za-z0-9_]*')"
+)
 
 
 def _rfc1123_errors(path: str, value: str, limit: int, pattern: re.Pattern[str], message: str) -> list[str]:
@@ -101,5 +107,5 @@ def key_path(path: str, key: str) -> str:
     limit = 63 + 1 + 32
     if len(key) > limit:
         remaining = limit - 3
-        key = key[: (remaining + 1) // 2] + "..." + key[len(key) - remaining // 2:]
+        key = key[: (remaining + 1) // 2] + "..." + key[len(key) - remaining // 2 :]
     return f"{path}[{key}]"

@@ -43,6 +43,7 @@ def deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 def same_object(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Equal but for resourceVersion, managedFields, kind and apiVersion."""
+
     def strip(obj: dict[str, Any]) -> dict[str, Any]:
         obj = copy.deepcopy(obj)
         meta = obj.get("metadata") or {}
@@ -51,6 +52,7 @@ def same_object(a: dict[str, Any], b: dict[str, Any]) -> bool:
         obj.pop("kind", None)
         obj.pop("apiVersion", None)
         return obj
+
     return json_equal(strip(a), strip(b))
 
 
@@ -63,8 +65,9 @@ def require_object(body: Any, res: Resource) -> dict[str, Any]:
         raise bad_request(f"the kind in the data ({kind}) does not match the expected kind ({res.kind})")
     api_version = body.get("apiVersion")
     if api_version and api_version != res.api_version:
-        raise bad_request(f"the API version in the data ({api_version}) does not match the expected API version "
-                          f"({res.api_version})")
+        raise bad_request(
+            f"the API version in the data ({api_version}) does not match the expected API version ({res.api_version})"
+        )
     return copy.deepcopy(body)
 
 

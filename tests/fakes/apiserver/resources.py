@@ -67,22 +67,48 @@ _CRUD = ("create", "delete", "deletecollection", "get", "list", "patch", "update
 _READ = ("get", "list", "watch")
 RESOURCES: dict[str, Resource] = {
     "resourceclaims": Resource(
-        "resourceclaims", "ResourceClaim", RESOURCE_GROUP, RESOURCE_VERSION, True,
-        frozenset({"metadata.name", "metadata.namespace"}), _CRUD, "resourceclaim",
-        status_subresource=True, generation=True),
+        "resourceclaims",
+        "ResourceClaim",
+        RESOURCE_GROUP,
+        RESOURCE_VERSION,
+        True,
+        frozenset({"metadata.name", "metadata.namespace"}),
+        _CRUD,
+        "resourceclaim",
+        status_subresource=True,
+        generation=True,
+    ),
     "resourceslices": Resource(
-        "resourceslices", "ResourceSlice", RESOURCE_GROUP, RESOURCE_VERSION, False,
-        frozenset({"metadata.name", "spec.nodeName", "spec.driver"}), _CRUD, "resourceslice", generation=True),
+        "resourceslices",
+        "ResourceSlice",
+        RESOURCE_GROUP,
+        RESOURCE_VERSION,
+        False,
+        frozenset({"metadata.name", "spec.nodeName", "spec.driver"}),
+        _CRUD,
+        "resourceslice",
+        generation=True,
+    ),
     "nodes": Resource(
-        "nodes", "Node", "", "v1", False, frozenset({"metadata.name", "spec.unschedulable"}), _READ, "node"),
+        "nodes", "Node", "", "v1", False, frozenset({"metadata.name", "spec.unschedulable"}), _READ, "node"
+    ),
     "namespaces": Resource(
-        "namespaces", "Namespace", "", "v1", False, frozenset({"metadata.name", "status.phase"}), _READ,
-        "namespace"),
+        "namespaces", "Namespace", "", "v1", False, frozenset({"metadata.name", "status.phase"}), _READ, "namespace"
+    ),
     # A custom resource: field selectors are metadata.name/metadata.namespace only.
     "ipamclaims": Resource(
-        "ipamclaims", "IPAMClaim", IPAM_GROUP, IPAM_VERSION, True,
-        frozenset({"metadata.name", "metadata.namespace"}), _CRUD, "ipamclaim",
-        status_subresource=True, generation=True, custom=True),
+        "ipamclaims",
+        "IPAMClaim",
+        IPAM_GROUP,
+        IPAM_VERSION,
+        True,
+        frozenset({"metadata.name", "metadata.namespace"}),
+        _CRUD,
+        "ipamclaim",
+        status_subresource=True,
+        generation=True,
+        custom=True,
+    ),
 }
 
 #: ``(object) -> (object to store, field errors)``: a resource's rules on create.

@@ -39,8 +39,9 @@ if TYPE_CHECKING:
 #: A status code and body, or None when a watch stream has answered already.
 Reply = tuple[int, Any] | None
 
-KINDS: dict[str, Kind] = {kind.res.plural: kind for kind in (
-    claims.KIND, slices.KIND, core.NODES, core.NAMESPACES, ipamclaims.KIND)}
+KINDS: dict[str, Kind] = {
+    kind.res.plural: kind for kind in (claims.KIND, slices.KIND, core.NODES, core.NAMESPACES, ipamclaims.KIND)
+}
 
 #: The URL prefix of each served group version, and its group (IPAMClaims' only while installed).
 PREFIXES: tuple[tuple[tuple[str, ...], str], ...] = (
@@ -97,8 +98,14 @@ def _list(req: Request) -> Reply:
 
 
 def _watch(req: Request) -> Reply:
-    serve_watch(req.store, req.handler, req.filter(), req.query, bookmark_interval=req.fake.bookmark_interval,
-                default_timeout=req.fake.default_watch_timeout)
+    serve_watch(
+        req.store,
+        req.handler,
+        req.filter(),
+        req.query,
+        bookmark_interval=req.fake.bookmark_interval,
+        default_timeout=req.fake.default_watch_timeout,
+    )
     return None
 
 
@@ -116,13 +123,15 @@ def _get(req: Request) -> Reply:
 
 
 def _update(req: Request) -> Reply:
-    return 200, crud.http_update(req.store, req.kind, req.namespace, req.name, req.record.body,
-                                 (req.manager, "Update", ""))
+    return 200, crud.http_update(
+        req.store, req.kind, req.namespace, req.name, req.record.body, (req.manager, "Update", "")
+    )
 
 
 def _update_status(req: Request) -> Reply:
-    return 200, req.status_ops().put(req.store, req.namespace, req.name, req.record.body,
-                                     (req.manager, "Update", "status"))
+    return 200, req.status_ops().put(
+        req.store, req.namespace, req.name, req.record.body, (req.manager, "Update", "status")
+    )
 
 
 def _delete(req: Request) -> Reply:
@@ -137,8 +146,9 @@ def _patch(req: Request) -> Reply:
         if not query.get("fieldManager"):
             raise invalid_options("PatchOptions", "fieldManager: Required value: is required for apply patch")
         if req.kind.status is None or req.subresource != "status":
-            raise unsupported_media_type("the fake API server implements apply only "
-                                         "for resourceclaims/status and ipamclaims/status")
+            raise unsupported_media_type(
+                "the fake API server implements apply only for resourceclaims/status and ipamclaims/status"
+            )
         force = query.get("force") in ("true", "1")
         return 200, req.status_ops().apply(req.store, req.namespace, req.name, body, query["fieldManager"], force)
     if "force" in query:
@@ -146,20 +156,26 @@ def _patch(req: Request) -> Reply:
     if req.res.custom and content_type == STRATEGIC_MERGE_PATCH:
         # Custom resources have no strategic merge patch (the client sends one when asked for a
         # JSON patch with a non-list body).
-        raise unsupported_media_type(f"the body of the request was in an unknown format - accepted media types "
-                                     f"include: {JSON_PATCH}, {MERGE_PATCH}, {APPLY_PATCH}")
+        raise unsupported_media_type(
+            f"the body of the request was in an unknown format - accepted media types "
+            f"include: {JSON_PATCH}, {MERGE_PATCH}, {APPLY_PATCH}"
+        )
     if content_type in (MERGE_PATCH, STRATEGIC_MERGE_PATCH):
         strategic = content_type == STRATEGIC_MERGE_PATCH
         if not isinstance(body, dict):
             raise bad_request("the body of the patch must be a JSON object")
         if req.subresource == "status":
-            return 200, req.status_ops().patch(req.store, req.namespace, req.name, body, strategic,
-                                               (req.manager, "Update", "status"))
-        return 200, crud.patch_object(req.store, req.kind, req.namespace, req.name, body, strategic,
-                                      (req.manager, "Update", ""))
-    raise unsupported_media_type(f"the body of the request was in an unknown format - accepted media types "
-                                 f"include: {MERGE_PATCH}, {STRATEGIC_MERGE_PATCH}, {APPLY_PATCH} (the fake has "
-                                 f"no {JSON_PATCH})")
+            return 200, req.status_ops().patch(
+                req.store, req.namespace, req.name, body, strategic, (req.manager, "Update", "status")
+            )
+        return 200, crud.patch_object(
+            req.store, req.kind, req.namespace, req.name, body, strategic, (req.manager, "Update", "")
+        )
+    raise unsupported_media_type(
+        f"the body of the request was in an unknown format - accepted media types "
+        f"include: {MERGE_PATCH}, {STRATEGIC_MERGE_PATCH}, {APPLY_PATCH} (the fake has "
+        f"no {JSON_PATCH})"
+    )
 
 
 # -- the routing table ----------------------------------------------------------------------------
@@ -192,8 +208,8 @@ ROUTES: dict[tuple[str, str], Route] = {
 def resolve(fake: FakeApiServer, segments: list[str]) -> tuple[Kind, str, str, str]:
     """``(kind, namespace, name, subresource)`` of a resource path; 404 for any other."""
     for prefix, group in PREFIXES:
-        if tuple(segments[:len(prefix)]) == prefix and (group != IPAM_GROUP or fake.ipamclaims_installed):
-            rest = segments[len(prefix):]
+        if tuple(segments[: len(prefix)]) == prefix and (group != IPAM_GROUP or fake.ipamclaims_installed):
+            rest = segments[len(prefix) :]
             break
     else:
         raise path_not_found()
@@ -233,12 +249,17 @@ def route(fake: FakeApiServer, handler: Handler, record: RecordedRequest) -> Rep
     else:
         scope = subresource or "object"
     entry = ROUTES.get((scope, method))
-    if entry is None or entry.verb not in kind.res.verbs or (
-            entry.namespaced_only and kind.res.namespaced and not namespace):
+    if (
+        entry is None
+        or entry.verb not in kind.res.verbs
+        or (entry.namespaced_only and kind.res.namespaced and not namespace)
+    ):
         raise method_not_allowed()
     fake._authorize(record.user or "", entry.verb, kind.res, subresource, namespace, name)
     req = Request(fake, handler, record, kind, namespace, name, subresource)
     if entry.write and len(req.manager) > 128:
-        raise invalid_options("PatchOptions" if method == "PATCH" else "UpdateOptions",
-                              "fieldManager: Too long: may not be more than 128 bytes")
+        raise invalid_options(
+            "PatchOptions" if method == "PATCH" else "UpdateOptions",
+            "fieldManager: Too long: may not be more than 128 bytes",
+        )
     return entry.serve(req)

@@ -85,7 +85,7 @@ def parse_field_selector(res: Resource, text: str) -> list[FieldRequirement]:
             raise bad_request(f"invalid field selector: '{term}'")
         key, op, value = m.group(1).strip(), m.group(2), m.group(3).strip()
         if key not in res.field_labels:
-            raise bad_request(f'field label not supported: {key}')
+            raise bad_request(f"field label not supported: {key}")
         requirements.append((key, "!=" if op == "!=" else "=", value))
     return requirements
 
@@ -128,8 +128,12 @@ class Filter:
     @classmethod
     def from_query(cls, res: Resource, namespace: str | None, query: dict[str, str]) -> Filter:
         # Listing in a namespace that does not exist is an empty list, as on the real server.
-        return cls(res, namespace, parse_label_selector(query.get("labelSelector", "")),
-                   parse_field_selector(res, query.get("fieldSelector", "")))
+        return cls(
+            res,
+            namespace,
+            parse_label_selector(query.get("labelSelector", "")),
+            parse_field_selector(res, query.get("fieldSelector", "")),
+        )
 
     def matches(self, obj: dict[str, Any] | None) -> bool:
         if obj is None:

@@ -133,8 +133,9 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
         server = Server(("127.0.0.1", self.port or 0), Handler, self)
         self.port = server.server_address[1]
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name=f"fake-apiserver-{self.port}", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=f"fake-apiserver-{self.port}", daemon=True
+        )
         self._thread.start()
         self.write_kubeconfig(self.kubeconfig_path, self.token)
         self.write_kubeconfig(self.other_kubeconfig_path, self.other_token)
@@ -162,8 +163,9 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
         if self._own_dir:
             shutil.rmtree(self.directory, ignore_errors=True)
 
-    def write_kubeconfig(self, path: str | os.PathLike[str] | None = None, token: str | None = None,
-                         namespace: str = "default") -> str:
+    def write_kubeconfig(
+        self, path: str | os.PathLike[str] | None = None, token: str | None = None, namespace: str = "default"
+    ) -> str:
         """A kubeconfig for the fake's URL with a bearer token (the main one by default)."""
         if self.port is None:
             raise RuntimeError("start() the fake first: the kubeconfig needs its port")

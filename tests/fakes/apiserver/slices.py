@@ -45,8 +45,11 @@ def validate_slice(obj: Obj, old: Obj | None = None) -> list[str]:
         errs.extend(pool_name_errors("spec.pool.name", pool.get("name")))
         count = pool.get("resourceSliceCount")
         if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
-            errs.append(fe.invalid("spec.pool.resourceSliceCount", count if count is not None else 0,
-                                    "must be greater than zero"))
+            errs.append(
+                fe.invalid(
+                    "spec.pool.resourceSliceCount", count if count is not None else 0, "must be greater than zero"
+                )
+            )
         generation = pool.get("generation", 0)
         if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
             errs.append(fe.invalid("spec.pool.generation", generation, "must be greater than or equal to zero"))
@@ -66,9 +69,13 @@ def validate_slice(obj: Obj, old: Obj | None = None) -> list[str]:
         errs.extend(dns_subdomain_errors("spec.nodeName", spec["nodeName"]))
     if spec.get("nodeSelector") is not None:
         set_fields.append("`nodeSelector`")
-        terms = (spec["nodeSelector"] or {}).get("nodeSelectorTerms") if isinstance(spec["nodeSelector"], dict) else None
+        terms = (
+            (spec["nodeSelector"] or {}).get("nodeSelectorTerms") if isinstance(spec["nodeSelector"], dict) else None
+        )
         if not isinstance(terms, list) or len(terms) != 1:
-            errs.append(fe.invalid("spec.nodeSelector.nodeSelectorTerms", terms, "must have exactly one node selector term"))
+            errs.append(
+                fe.invalid("spec.nodeSelector.nodeSelectorTerms", terms, "must have exactly one node selector term")
+            )
     if spec.get("allNodes"):
         set_fields.append("`allNodes`")
     if spec.get("perDeviceNodeSelection"):
@@ -173,9 +180,12 @@ class SliceHelpers:
         return self._store.copy_of("resourceslices", "", name)
 
     def list_slices(self, node: str | None = None, driver: str | None = None) -> list[Obj]:
-        return [obj for obj in self._store.copies("resourceslices")
-                if (node is None or (obj.get("spec") or {}).get("nodeName") == node)
-                and (driver is None or (obj.get("spec") or {}).get("driver") == driver)]
+        return [
+            obj
+            for obj in self._store.copies("resourceslices")
+            if (node is None or (obj.get("spec") or {}).get("nodeName") == node)
+            and (driver is None or (obj.get("spec") or {}).get("driver") == driver)
+        ]
 
     def delete_all_slices(self, node: str | None = None, driver: str | None = None) -> int:
         """Delete slices (of ``node``/``driver`` when given), as kubelet does at start; DELETED events."""

@@ -65,13 +65,17 @@ class Store:
     def copies(self, plural: str, namespace: str | None = None) -> list[Obj]:
         """Copies of a resource's objects (of one namespace when given), by namespace and name."""
         with self.lock:
-            return [copy.deepcopy(o) for (r, ns, _), o in sorted(self.objects.items())
-                    if r == plural and (namespace is None or ns == namespace)]
+            return [
+                copy.deepcopy(o)
+                for (r, ns, _), o in sorted(self.objects.items())
+                if r == plural and (namespace is None or ns == namespace)
+            ]
 
     def matching(self, flt: Filter) -> list[tuple[Key, Obj]]:
         """The stored objects ``flt`` selects (lock held), by namespace and name."""
-        return [(key, obj) for key, obj in sorted(self.objects.items())
-                if key[0] == flt.res.plural and flt.matches(obj)]
+        return [
+            (key, obj) for key, obj in sorted(self.objects.items()) if key[0] == flt.res.plural and flt.matches(obj)
+        ]
 
     def list_object(self, res: Resource, items: list[Obj]) -> Obj:
         """A ``<Kind>List`` at the current resourceVersion; items come without kind/apiVersion,
@@ -82,8 +86,12 @@ class Store:
             item.pop("kind", None)
             item.pop("apiVersion", None)
             bare.append(item)
-        return {"kind": f"{res.kind}List", "apiVersion": res.api_version,
-                "metadata": {"resourceVersion": str(self.rv)}, "items": bare}
+        return {
+            "kind": f"{res.kind}List",
+            "apiVersion": res.api_version,
+            "metadata": {"resourceVersion": str(self.rv)},
+            "items": bare,
+        }
 
     def events(self) -> list[dict[str, Any]]:
         with self.lock:
@@ -113,8 +121,9 @@ class Store:
             self.books.pop(key, None)
         else:
             self.objects[key] = obj
-        self._record_event(Event(self.rv, etype, res.plural, copy.deepcopy(obj),
-                                 copy.deepcopy(old) if old is not None else None))
+        self._record_event(
+            Event(self.rv, etype, res.plural, copy.deepcopy(obj), copy.deepcopy(old) if old is not None else None)
+        )
         return copy.deepcopy(obj)
 
     def _record_event(self, event: Event) -> None:
@@ -142,8 +151,13 @@ class Store:
         if not (keep_uid and meta.get("uid")):
             meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_rfc3339()
-        for transient in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields",
-                          "selfLink"):
+        for transient in (
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "managedFields",
+            "selfLink",
+        ):
             meta.pop(transient, None)
         if res.generation:
             meta["generation"] = 1
@@ -165,13 +179,15 @@ class Store:
                 return None
             return self.put(RESOURCES[plural], namespace, name, copy.deepcopy(old), "DELETED", old)
 
-    def commit_status(self, res: Resource, namespace: str, name: str, current: Obj, status: Obj,
-                      book: Bookkeeping) -> Obj:
+    def commit_status(
+        self, res: Resource, namespace: str, name: str, current: Obj, status: Obj, book: Bookkeeping
+    ) -> Obj:
         """Store a validated new ``status`` (empty: none) with its bookkeeping, unless neither the
         status nor the ownership changes (then no new resourceVersion, no event)."""
         key = (res.plural, namespace, name)
         if json_equal(status or None, current.get("status")) and same_ownership(
-                self.books.get(key), book, res.api_version):
+            self.books.get(key), book, res.api_version
+        ):
             return copy.deepcopy(current)
         new = copy.deepcopy(current)
         if status:
@@ -195,8 +211,9 @@ def check_preconditions(res: Resource, name: str, current: Obj, meta: dict[str, 
     cur_meta = current["metadata"]
     uid = meta.get("uid")
     if uid and uid != cur_meta.get("uid"):
-        raise conflict(res, name, f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
-                                  f"{cur_meta.get('uid')}")
+        raise conflict(
+            res, name, f"Precondition failed: UID in precondition: {uid}, UID in object meta: {cur_meta.get('uid')}"
+        )
     rv = meta.get("resourceVersion")
     if rv and rv != cur_meta.get("resourceVersion"):
         raise conflict(res, name, STALE)

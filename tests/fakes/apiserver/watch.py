@@ -26,8 +26,10 @@ def _line(event: dict[str, Any]) -> bytes:
 
 
 def _bookmark(res: Resource, rv: int) -> dict[str, Any]:
-    return {"type": "BOOKMARK", "object": {"kind": res.kind, "apiVersion": res.api_version,
-                                           "metadata": {"resourceVersion": str(rv)}}}
+    return {
+        "type": "BOOKMARK",
+        "object": {"kind": res.kind, "apiVersion": res.api_version, "metadata": {"resourceVersion": str(rv)}},
+    }
 
 
 def _watch_event(event: Event, flt: Filter) -> dict[str, Any] | None:
@@ -49,8 +51,15 @@ def _watch_event(event: Event, flt: Filter) -> dict[str, Any] | None:
     return None
 
 
-def serve_watch(store: Store, handler: Handler, flt: Filter, query: dict[str, str], *,
-                bookmark_interval: float | None, default_timeout: float) -> None:
+def serve_watch(
+    store: Store,
+    handler: Handler,
+    flt: Filter,
+    query: dict[str, str],
+    *,
+    bookmark_interval: float | None,
+    default_timeout: float,
+) -> None:
     """Stream ``flt``'s events to ``handler`` until the timeout, a 410, or the server going down."""
     res = flt.res
     rv_text = query.get("resourceVersion", "")
@@ -91,7 +100,8 @@ def serve_watch(store: Store, handler: Handler, flt: Filter, query: dict[str, st
                         return
                     if last < store.compacted_rv:
                         expired = ApiStatusError(
-                            410, "Expired", f"too old resource version: {last} ({store.compacted_rv + 1})").status()
+                            410, "Expired", f"too old resource version: {last} ({store.compacted_rv + 1})"
+                        ).status()
                         break
                     if store.rv > last:
                         index = bisect.bisect_right(store.history_rvs, last)

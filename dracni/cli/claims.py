@@ -1,0 +1,183 @@
+"""Clusterless commands: prepare and unprepare claims from manifests, publish their status to
+files, show the state dir, validate parameters."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .. import jsonio
+from .options import driver_option, manifests_at, select_claims, state_at, state_dir_option
+
+
+@click.command()
+@click.argument("claims_path", type=click.Path(exists=True))
+@click.option("--claim", "names", multiple=True, metavar="NS/NAME", help="Only these claims (repeatable).")
+@click.option("--node", envvar="NODE_NAME", default=None, help="This node's name.")
+@click.option(
+    "--allow-type",
+    "allowed",
+    multiple=True,
+    metavar="TYPE",
+    help="Allowed delegate plugin types (repeatable; default: any).",
+)
+@state_dir_option
+@driver_option
+def prepare(
+    claims_path: str, names: tuple[str, ...], node: str | None, allowed: tuple[str, ...], state_dir: str, driver: str
+) -> None:
+    """Prepare the allocated claims found in CLAIMS_PATH (a manifest file or directory).
+
+    The same guards as the kubelet plugin's: the claim's UID, and with --node, that its
+    devices are allocated from this node's pool.
+    """
+    from ..kubelet.helper import ClaimRef, KubeletPluginHelper
+
+    source = manifests_at(claims_path)
+    refs = [
+        ClaimRef(c["metadata"]["namespace"], c["metadata"]["uid"], c["metadata"]["name"])
+        for c in select_claims(source, names)
+    ]
+    helper = KubeletPluginHelper(
+        state=state_at(state_dir), claims=source, driver=driver, node=node, allowed_types=frozenset(allowed) or None
+    )
+    outcomes = helper.prepare(refs)
+    failed = 0
+    for uid, outcome in outcomes.items():
+        if outcome.error:
+            failed += 1
+            click.echo(f"claim {uid}: error: {outcome.error}", err=True)
+        else:
+            devices = ", ".join(f"{d['request']}={d['pool']}/{d['device']}" for d in outcome.devices)
+            click.echo(f"claim {uid}: prepared {devices}")
+    if failed:
+        sys.exit(1)
+
+
+@click.command()
+@click.argument("claims_path", type=click.Path(exists=True), required=False)
+@click.option("--uid", "uids", multiple=True, help="Claim UID to unprepare (repeatable).")
+@click.option("--claim", "names", multiple=True, metavar="NS/NAME", help="Only these claims of CLAIMS_PATH.")
+@state_dir_option
+def unprepare(claims_path: str | None, uids: tuple[str, ...], names: tuple[str, ...], state_dir: str) -> None:
+    """Unprepare claims (all of CLAIMS_PATH, or the given UIDs); unknown claims succeed."""
+    from ..claims.prepare import unprepare_claims
+
+    targets = list(uids)
+    if claims_path:
+        targets += [c["metadata"]["uid"] for c in select_claims(manifests_at(claims_path), names)]
+    if not targets:
+        raise click.UsageError("give CLAIMS_PATH or --uid")
+    failed = 0
+    for uid, error in unprepare_claims(state_at(state_dir), targets).items():
+        if error:
+            failed += 1
+            click.echo(f"claim {uid}: error: {error}", err=True)
+        else:
+            click.echo(f"claim {uid}: unprepared")
+    if failed:
+        sys.exit(1)
+
+
+@click.command("publish-status")
+@click.argument("claims_path", type=click.Path(exists=True))
+@state_dir_option
+@driver_option
+def publish_status(claims_path: str, state_dir: str, driver: str) -> None:
+    """Drain the status outbox into <manifest>.<ns>.<name>.status.json files next to the manifests."""
+    from ..status.drain import drain_outbox
+    from ..status.sink import LocalStatusSink
+
+    source = manifests_at(claims_path)
+    report = drain_outbox(state_at(state_dir), LocalStatusSink(source.path_of), driver=driver)
+    click.echo(f"published {report.published} claim status update(s)")
+    for uid, error in sorted(report.failed.items()):
+        click.echo(f"claim {uid}: not published, will retry: {error}", err=True)
+    for uid, error in sorted(report.dropped.items()):
+        click.echo(f"claim {uid}: dropped: {error}", err=True)
+    if report.failed or report.dropped:
+        sys.exit(1)
+
+
+@click.command()
+@state_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print the raw records as JSON.")
+def inspect(state_dir: str, as_json: bool) -> None:
+    """Show what the state dir holds: prepared claims, attachments, pending status."""
+    from ..state.records import is_pending
+
+    state = state_at(state_dir)
+    claims, attachments, outbox = state.list_claims(), state.list_attachments(), state.list_outbox()
+    if as_json:
+        snapshot = {"stateDir": state.root, "claims": claims, "attachments": attachments, "outbox": outbox}
+        click.echo(jsonio.dumps(snapshot, pretty=True).decode())
+        return
+    click.echo(f"state dir {state.root}")
+    click.echo(f"prepared claims: {len(claims)}")
+    for c in claims:
+        pods = ", ".join(p.get("name") or p.get("uid") for p in c.get("pods", []))
+        click.echo(f"  {c['namespace']}/{c['name']} uid={c['uid']} pods=[{pods}]")
+        for spec in c["devices"]:
+            plugins = "+".join(p.get("type", "?") for p in spec["config"]["plugins"])
+            click.echo(
+                f"    {spec['request']}: {spec['pool']}/{spec['device']} ifName={spec.get('ifName') or 'auto'} "
+                f"{plugins}"
+            )
+    click.echo(f"attachments: {len(attachments)}")
+    for a in attachments:
+        pod = a.get("pod") or {}
+        click.echo(
+            f"  {a['network']} container={a['containerID']} pod={pod.get('namespace')}/{pod.get('name')} "
+            f"state={a['state']}"
+        )
+        for d in a["devices"]:
+            ips = ", ".join(ip.get("address", "") for ip in (d.get("result") or {}).get("ips", []))
+            click.echo(
+                f"    {d['ifName']}: claim {d['claim']['namespace']}/{d['claim']['name']} "
+                f"{d['pool']}/{d['device']} {ips}".rstrip()
+            )
+    pending = [o for o in outbox if is_pending(o)]
+    click.echo(f"status outbox: {len(pending)} pending of {len(outbox)}")
+    for o in pending:
+        click.echo(f"  {o['claim']['namespace']}/{o['claim']['name']} seq={o['seq']} published={o['publishedSeq']}")
+
+
+@click.command()
+@click.argument("path", type=click.Path(exists=True))
+@click.option("--allow-type", "allowed", multiple=True, metavar="TYPE", help="Allowed delegate plugin types.")
+@driver_option
+def validate(path: str, allowed: tuple[str, ...], driver: str) -> None:
+    """Validate claim parameters: a parameters file (YAML/JSON) or ResourceClaim manifests."""
+    import yaml
+
+    from ..claims.params import ParameterError, validate_parameters
+
+    with open(path, "rb") as f:
+        docs = [d for d in yaml.safe_load_all(f) if d is not None]
+    found = 0
+    problems = []
+    for doc in docs:
+        candidates = []
+        if isinstance(doc, dict) and doc.get("kind") == "ResourceClaim":
+            allocated = ((doc.get("status") or {}).get("allocation") or {}).get("devices") or {}
+            configs = allocated.get("config") or (doc.get("spec") or {}).get("devices", {}).get("config") or []
+            name = f"{doc.get('metadata', {}).get('namespace', 'default')}/{doc.get('metadata', {}).get('name')}"
+            for i, cfg in enumerate(configs):
+                opaque = cfg.get("opaque") or {}
+                if opaque.get("driver") != driver:
+                    continue
+                candidates.append((f"{name} config[{i}]", opaque.get("parameters")))
+        else:
+            candidates.append((path, doc))
+        for where, params in candidates:
+            found += 1
+            try:
+                validate_parameters(params, allowed_types=frozenset(allowed) or None)
+            except ParameterError as exc:
+                problems.append(f"{where}: {exc}")
+    for p in problems:
+        click.echo(p, err=True)
+    click.echo(f"{found - len(problems)} of {found} parameter set(s) valid")
+    if problems or not found:
+        sys.exit(1)

@@ -1,0 +1,108 @@
+"""``dracni kubelet-plugin``: the DaemonSet's main process."""
+
+from __future__ import annotations
+
+import click
+
+from .. import defaults
+from .options import driver_option, state_dir_option
+
+
+@click.command("kubelet-plugin")
+@driver_option
+@state_dir_option
+@click.option("--node-name", envvar="NODE_NAME", required=True, help="This node's name (downward API).")
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file; default: in-cluster config.")
+@click.option(
+    "--registry-dir",
+    envvar="DRACNI_REGISTRY_DIR",
+    default=defaults.REGISTRY_DIR,
+    show_default=True,
+    help="Kubelet's plugin registration directory.",
+)
+@click.option(
+    "--plugins-dir",
+    envvar="DRACNI_PLUGINS_DIR",
+    default=defaults.PLUGINS_DIR,
+    show_default=True,
+    help="Directory of the DRA socket (<dir>/<driver>/dra.sock).",
+)
+@click.option(
+    "--health-address",
+    envvar="DRACNI_HEALTH_ADDRESS",
+    default=defaults.HEALTH_ADDRESS,
+    show_default=True,
+    help="host:port serving /healthz, /readyz and /metrics; empty to disable.",
+)
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), envvar="DRACNI_LOG_FORMAT", default="text", show_default=True
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    envvar="DRACNI_LOG_LEVEL",
+    default="info",
+    show_default=True,
+)
+@click.option(
+    "--allow-type",
+    "allowed",
+    multiple=True,
+    metavar="TYPE",
+    help="Delegate plugin types claims may use (repeatable; default: any). Env: DRACNI_ALLOWED_TYPES, comma-separated.",
+)
+@click.option("--nic-include", multiple=True, metavar="GLOB", help="Publish only NICs matching (repeatable).")
+@click.option("--nic-exclude", multiple=True, metavar="GLOB", help="Never publish NICs matching (repeatable).")
+@click.option(
+    "--publish-slices/--no-publish-slices",
+    default=True,
+    show_default=True,
+    help="Publish the node's NICs as ResourceSlices.",
+)
+@click.option(
+    "--nic-netns",
+    envvar="DRACNI_NIC_NETNS",
+    default=None,
+    metavar="PATH",
+    help="Network namespace holding the node's NICs (e.g. /proc/1/ns/net when the pod does not "
+    "use hostNetwork); default: the service's own.",
+)
+def kubelet_plugin(
+    driver: str,
+    state_dir: str,
+    node_name: str,
+    kubeconfig: str | None,
+    registry_dir: str,
+    plugins_dir: str,
+    health_address: str,
+    log_format: str,
+    log_level: str,
+    allowed: tuple[str, ...],
+    nic_include: tuple[str, ...],
+    nic_exclude: tuple[str, ...],
+    publish_slices: bool,
+    nic_netns: str | None,
+) -> None:
+    """Run the kubelet DRA plugin service (the DaemonSet's main process)."""
+    import os
+
+    from ..service.logs import setup_logging
+    from ..service.main import Service, ServiceOptions
+
+    setup_logging(log_format, log_level)
+    allowed_types = set(allowed) | {t for t in os.environ.get("DRACNI_ALLOWED_TYPES", "").split(",") if t}
+    opts = ServiceOptions(
+        driver=driver,
+        node=node_name,
+        state_dir=state_dir,
+        kubeconfig=kubeconfig,
+        registry_dir=registry_dir,
+        plugins_dir=plugins_dir,
+        health_address=health_address,
+        allowed_types=frozenset(allowed_types) or None,
+        nic_include=list(nic_include),
+        nic_exclude=list(nic_exclude),
+        publish_slices=publish_slices,
+        netns=nic_netns,
+    )
+    Service(opts).run_until_signalled()

@@ -1,0 +1,65 @@
+"""Which devices a pod gets, in which order, under which interface names.
+
+The pod's prepared claims are ordered by namespace/name/uid and their devices by position,
+so a retried ADD (and a DEL without a record) plans exactly what the first ADD did.
+"""
+
+from __future__ import annotations
+
+from ..state import records as R
+from . import errors as E
+from .errors import CNIError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..state.records import ClaimRef, DeviceSpec, PreparedClaim
+
+#: Interface names dracni picks for devices without an explicit ifName: net1, net2, ...
+AUTO_IFNAME_PREFIX = "net"
+
+
+class PlannedDevice:
+    """One device of the pod, in attach order, with the interface name it gets."""
+
+    __slots__ = ("claim", "driver", "spec", "ifname")
+
+    def __init__(self, claim: ClaimRef, driver: str | None, spec: DeviceSpec) -> None:
+        self.claim = claim
+        self.driver = driver
+        self.spec = spec
+        self.ifname = ""
+
+    @property
+    def where(self) -> str:
+        return f"claim {self.claim['namespace']}/{self.claim['name']} request {self.spec['request']}"
+
+
+def plan(claims: list[PreparedClaim], primary_ifname: str) -> list[PlannedDevice]:
+    """Order the pod's devices and give each its interface name.
+
+    Claims are ordered by namespace/name/uid and devices by their position in the claim,
+    so a retried ADD gives every device the same ``netN`` as the first attempt.
+    """
+    devices = []
+    for claim in sorted(claims, key=lambda c: (c.get("namespace", ""), c.get("name", ""), c["uid"])):
+        ref = R.claim_ref(claim["uid"], claim.get("namespace", ""), claim.get("name", ""))
+        for spec in claim.get("devices", []):
+            devices.append(PlannedDevice(ref, claim.get("driver"), spec))
+    taken = {primary_ifname: "the runtime's primary interface"}
+    for d in devices:
+        name = d.spec.get("ifName")
+        if name:
+            if name in taken:
+                raise CNIError(E.INVALID_CONFIG, f"ifName: {d.where} asks for {name!r}, already used by {taken[name]}")
+            taken[name] = d.where
+    n = 0
+    for d in devices:
+        explicit = d.spec.get("ifName")
+        if explicit:
+            d.ifname = explicit
+            continue
+        n += 1
+        while f"{AUTO_IFNAME_PREFIX}{n}" in taken:
+            n += 1
+        d.ifname = f"{AUTO_IFNAME_PREFIX}{n}"
+    return devices
