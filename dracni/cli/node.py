@@ -9,32 +9,24 @@ from typing import ParamSpec, TypeVar
 import click
 
 from .. import defaults
+from .options import shown
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 # -- node installation (the installer DaemonSet / init container) ----------------------------------
 
-bin_dir_option = click.option(
-    "--bin-dir",
-    default=defaults.CNI_BIN_DIR,
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="The CNI bin dir: gets the `dracni` link and `.dracni/<hash>/` bundle copies.",
-)
-conf_dir_option = click.option(
-    "--conf-dir",
-    default=defaults.CNI_CONF_DIR,
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="The CNI network config dir of the runtime.",
-)
-conf_file_option = click.option(
-    "--conf-file",
-    default=defaults.CONF_FILE,
-    show_default=True,
-    help="dracni's generated conflist in --conf-dir; its name must sort before every other config.",
-)
+bin_dir_option = shown(
+    "--bin-dir", defaults.CNI_BIN_DIR, "The CNI bin dir: gets the `dracni` link and `.dracni/<hash>/` bundle copies.",
+    directory=True,
+)  # fmt: skip
+conf_dir_option = shown(
+    "--conf-dir", defaults.CNI_CONF_DIR, "The CNI network config dir of the runtime.", directory=True
+)  # fmt: skip
+conf_file_option = shown(
+    "--conf-file", defaults.CONF_FILE,
+    "dracni's generated conflist in --conf-dir; its name must sort before every other config.",
+)  # fmt: skip
 
 
 def _install_errors(func: Callable[P, R]) -> Callable[P, R]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -12,21 +13,25 @@ if TYPE_CHECKING:
     from ..claims.manifests import ManifestClaimSource
     from ..state.store import StateDir
 
-state_dir_option = click.option(
-    "--state-dir",
-    envvar="DRACNI_STATE_DIR",
-    default=defaults.STATE_DIR,
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="On-node state directory shared with the CNI plugin.",
-)
-driver_option = click.option(
-    "--driver",
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def shown(
+    flag: str, default: str, help: str, *, envvar: str | None = None, directory: bool = False
+) -> Callable[[F], F]:
+    """An option whose default ``--help`` shows; ``directory``: its value names a directory."""
+    kind = click.Path(file_okay=False) if directory else None
+    return click.option(flag, envvar=envvar, default=default, show_default=True, type=kind, help=help)
+
+
+state_dir_option = shown(
+    "--state-dir", defaults.STATE_DIR, "On-node state directory shared with the CNI plugin.",
+    envvar="DRACNI_STATE_DIR", directory=True,
+)  # fmt: skip
+driver_option = shown(
+    "--driver", defaults.DRIVER, "DRA driver name: opaque configs and status entries of this driver are ours.",
     envvar="DRACNI_DRIVER",
-    default=defaults.DRIVER,
-    show_default=True,
-    help="DRA driver name: opaque configs and status entries of this driver are ours.",
-)
+)  # fmt: skip
 
 
 def state_at(state_dir: str) -> StateDir:

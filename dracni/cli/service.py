@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .. import defaults
-from .options import driver_option, state_dir_option
+from .options import driver_option, shown, state_dir_option
 
 
 @click.command("kubelet-plugin")
@@ -13,27 +13,12 @@ from .options import driver_option, state_dir_option
 @state_dir_option
 @click.option("--node-name", envvar="NODE_NAME", required=True, help="This node's name (downward API).")
 @click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file; default: in-cluster config.")
-@click.option(
-    "--registry-dir",
-    envvar="DRACNI_REGISTRY_DIR",
-    default=defaults.REGISTRY_DIR,
-    show_default=True,
-    help="Kubelet's plugin registration directory.",
-)
-@click.option(
-    "--plugins-dir",
-    envvar="DRACNI_PLUGINS_DIR",
-    default=defaults.PLUGINS_DIR,
-    show_default=True,
-    help="Directory of the DRA socket (<dir>/<driver>/dra.sock).",
-)
-@click.option(
-    "--health-address",
-    envvar="DRACNI_HEALTH_ADDRESS",
-    default=defaults.HEALTH_ADDRESS,
-    show_default=True,
-    help="host:port serving /healthz, /readyz and /metrics; empty to disable.",
-)
+@shown("--registry-dir", defaults.REGISTRY_DIR, "Kubelet's plugin registration directory.",
+       envvar="DRACNI_REGISTRY_DIR")  # fmt: skip
+@shown("--plugins-dir", defaults.PLUGINS_DIR, "Directory of the DRA socket (<dir>/<driver>/dra.sock).",
+       envvar="DRACNI_PLUGINS_DIR")  # fmt: skip
+@shown("--health-address", defaults.HEALTH_ADDRESS,
+       "host:port serving /healthz, /readyz and /metrics; empty to disable.", envvar="DRACNI_HEALTH_ADDRESS")  # fmt: skip
 @click.option(
     "--log-format", type=click.Choice(["text", "json"]), envvar="DRACNI_LOG_FORMAT", default="text", show_default=True
 )

@@ -100,19 +100,39 @@ def _with_prev(delegate: Delegate, result: JSON | None) -> JSON:
     return conf
 
 
-def add_chain(
-    runner: DelegateRunner, delegates: list[Delegate], *, ifname: str, container_id: str, netns: str
-) -> JSON | None:
+class RuntimeConf:
+    """Where a chain runs (libcni's ``RuntimeConf``): the container, its netns, the interface
+    name, and ``CNI_ARGS`` (None: the caller's own)."""
+
+    __slots__ = ("args", "container_id", "ifname", "netns")
+
+    def __init__(self, container_id: str, netns: str, ifname: str, args: str | None = None) -> None:
+        self.container_id = container_id
+        self.netns = netns
+        self.ifname = ifname
+        self.args = args
+
+    def exec(self, runner: DelegateRunner, delegate: Delegate, command: str, conf: JSON) -> JSON | None:
+        binary = runner.find(delegate["type"])
+        return runner.exec(
+            binary,
+            command,
+            conf,
+            ifname=self.ifname,
+            container_id=self.container_id,
+            netns=self.netns,
+            cni_args=self.args,
+        )
+
+
+def add_chain(runner: DelegateRunner, delegates: list[Delegate], rt: RuntimeConf) -> JSON | None:
     """ADD every delegate in order; returns the last result (internal 1.x form).
 
     Marks each delegate ``added`` once its ADD ran, so a rollback knows what DEL is owed.
     """
     prev: JSON | None = None
     for delegate in delegates:
-        binary = runner.find(delegate["type"])
-        result = runner.exec(
-            binary, "ADD", _with_prev(delegate, prev), ifname=ifname, container_id=container_id, netns=netns
-        )
+        result = rt.exec(runner, delegate, "ADD", _with_prev(delegate, prev))
         delegate["added"] = True
         if result is None:
             raise CNIError(E.DELEGATE_FAILED, f"delegate {delegate['type']} ADD printed no result")
@@ -121,16 +141,7 @@ def add_chain(
     return prev
 
 
-def del_chain(
-    runner: DelegateRunner,
-    delegates: list[Delegate],
-    result: JSON | None,
-    *,
-    ifname: str,
-    container_id: str,
-    netns: str,
-    cni_args: str | None = None,
-) -> list[str]:
+def del_chain(runner: DelegateRunner, delegates: list[Delegate], result: JSON | None, rt: RuntimeConf) -> list[str]:
     """DEL every delegate in reverse order; return the failures that matter.
 
     DEL runs for every delegate, also those whose ADD failed or never ran (DEL is
@@ -142,42 +153,21 @@ def del_chain(
     problems = []
     for delegate in reversed(delegates):
         try:
-            binary = runner.find(delegate["type"])
-            runner.exec(
-                binary,
-                "DEL",
-                _with_prev(delegate, result),
-                ifname=ifname,
-                container_id=container_id,
-                netns=netns,
-                cni_args=cni_args,
-            )
+            rt.exec(runner, delegate, "DEL", _with_prev(delegate, result))
             delegate["added"] = False
         except CNIError as exc:
             if delegate.get("added"):
-                problems.append(f"{ifname}: {exc.msg}")
+                problems.append(f"{rt.ifname}: {exc.msg}")
             else:
-                log.warning(f"DEL of {ifname} delegate {delegate['type']} (never added): {exc.msg}")
+                log.warning(f"DEL of {rt.ifname} delegate {delegate['type']} (never added): {exc.msg}")
     return problems
 
 
-def check_chain(
-    runner: DelegateRunner,
-    delegates: list[Delegate],
-    result: JSON | None,
-    *,
-    ifname: str,
-    container_id: str,
-    netns: str,
-) -> None:
+def check_chain(runner: DelegateRunner, delegates: list[Delegate], result: JSON | None, rt: RuntimeConf) -> None:
     """CHECK every delegate that speaks 0.4.0 or later, in order; the first failure raises."""
     for delegate in delegates:
-        if not at_least(delegate["cniVersion"], "0.4.0"):
-            continue
-        binary = runner.find(delegate["type"])
-        runner.exec(
-            binary, "CHECK", _with_prev(delegate, result), ifname=ifname, container_id=container_id, netns=netns
-        )
+        if at_least(delegate["cniVersion"], "0.4.0"):
+            rt.exec(runner, delegate, "CHECK", _with_prev(delegate, result))
 
 
 def gc_network(runner: DelegateRunner, plugin: JSON, network: str, valid: list[JSON]) -> bool:

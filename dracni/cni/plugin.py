@@ -13,7 +13,7 @@ import os
 from ..clock import now_rfc3339
 from ..state import records as R
 from . import errors as E
-from .conflist import add_chain, build_chain, check_chain, del_chain, gc_network
+from .conflist import RuntimeConf, add_chain, build_chain, check_chain, del_chain, gc_network
 from .errors import CNIError
 from .log import log
 from .plan import PlannedDevice, plan
@@ -92,13 +92,7 @@ class MetaPlugin:
         return from_current(merge_results([d["result"] for d in record["devices"] if d["result"]]), req.cni_version)
 
     def _add_device(self, dev: AttachedDevice) -> None:
-        dev["result"] = add_chain(
-            self.runner,
-            dev["delegates"],
-            ifname=dev["ifName"],
-            container_id=self.req.container_id,
-            netns=self.req.netns,
-        )
+        dev["result"] = add_chain(self.runner, dev["delegates"], self._runtime(dev["ifName"]))
         if dev.get("requestedIPs"):
             self._check_pinned(dev)
 
@@ -158,24 +152,13 @@ class MetaPlugin:
             self._retract_facts(record)
         log.info(f"DEL detached {', '.join(d['ifName'] for d in record['devices']) or 'nothing'}")
 
-    def _del_device(
-        self,
-        dev: AttachedDevice,
-        *,
-        container_id: str | None = None,
-        netns: str | None = None,
-        cni_args: str | None = None,
-    ) -> list[str]:
+    def _runtime(self, ifname: str) -> RuntimeConf:
+        """The delegates of this invocation's container run with the caller's CNI_ARGS."""
+        return RuntimeConf(self.req.container_id, self.req.netns, ifname)
+
+    def _del_device(self, dev: AttachedDevice, rt: RuntimeConf | None = None) -> list[str]:
         """DEL one device's delegates (see ``del_chain``); the failures that must be retried."""
-        return del_chain(
-            self.runner,
-            dev["delegates"],
-            dev.get("result"),
-            ifname=dev["ifName"],
-            container_id=self.req.container_id if container_id is None else container_id,
-            netns=self.req.netns if netns is None else netns,
-            cni_args=cni_args,
-        )
+        return del_chain(self.runner, dev["delegates"], dev.get("result"), rt or self._runtime(dev["ifName"]))
 
     def _delete_without_record(self) -> None:
         """The attachment record is gone (state dir wiped): DEL from the prepared claims, best effort."""
@@ -195,9 +178,7 @@ class MetaPlugin:
             except CNIError as exc:
                 log.warning(f"DEL without record: {exc.msg}")
                 continue
-            for problem in del_chain(
-                self.runner, delegates, None, ifname=d.ifname, container_id=req.container_id, netns=req.netns
-            ):
+            for problem in del_chain(self.runner, delegates, None, self._runtime(d.ifname)):
                 log.warning(f"DEL without record: {problem}")
         with self.state.locked():
             for claim_uid in {d.claim["uid"] for d in planned}:
@@ -234,14 +215,7 @@ class MetaPlugin:
                 f"missing: {', '.join(missing)}",
             )
         for dev in record["devices"]:
-            check_chain(
-                self.runner,
-                dev["delegates"],
-                dev.get("result"),
-                ifname=dev["ifName"],
-                container_id=req.container_id,
-                netns=req.netns,
-            )
+            check_chain(self.runner, dev["delegates"], dev.get("result"), self._runtime(dev["ifName"]))
 
     # -- GC -------------------------------------------------------------------------------
     def gc(self) -> None:
@@ -261,16 +235,10 @@ class MetaPlugin:
 
     def _gc_attachment(self, record: Attachment) -> list[str]:
         problems = []
+        cid, netns, args = record["containerID"], record.get("netns", ""), record.get("cniArgs", "")
         for dev in reversed(record["devices"]):
-            problems += [
-                f"container {record['containerID']} {p}"
-                for p in self._del_device(
-                    dev,
-                    container_id=record["containerID"],
-                    netns=record.get("netns", ""),
-                    cni_args=record.get("cniArgs", ""),
-                )
-            ]
+            rt = RuntimeConf(cid, netns, dev["ifName"], args)
+            problems += [f"container {cid} {p}" for p in self._del_device(dev, rt)]
         if not problems:
             with self.state.locked():
                 self.state.remove_attachment(record["network"], record["containerID"], record["ifName"])
