@@ -18,7 +18,8 @@ from .options import driver_option, shown, state_dir_option
 @shown("--plugins-dir", defaults.PLUGINS_DIR, "Directory of the DRA socket (<dir>/<driver>/dra.sock).",
        envvar="DRACNI_PLUGINS_DIR")  # fmt: skip
 @shown("--health-address", defaults.HEALTH_ADDRESS,
-       "host:port serving /healthz, /readyz and /metrics; empty to disable.", envvar="DRACNI_HEALTH_ADDRESS")  # fmt: skip
+       "host:port serving /healthz, /readyz and /metrics; empty to disable.",
+       envvar="DRACNI_HEALTH_ADDRESS")  # fmt: skip
 @click.option(
     "--log-format", type=click.Choice(["text", "json"]), envvar="DRACNI_LOG_FORMAT", default="text", show_default=True
 )
