@@ -7,7 +7,6 @@ and ``re`` when first used.
 from __future__ import annotations
 
 import time
-from datetime import UTC
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -29,7 +28,7 @@ def now_rfc3339() -> str:
 
 def zero_time() -> datetime:
     """Go's zero ``time.Time`` (what the API server treats as "not set")."""
-    from datetime import datetime
+    from datetime import UTC, datetime
 
     return datetime(1, 1, 1, tzinfo=UTC)
 
@@ -38,7 +37,7 @@ def parse_rfc3339(value: object) -> datetime | None:
     """An RFC 3339 timestamp (any fractional precision, ``Z`` or an offset) in UTC, or None."""
     global _rfc3339
     import re
-    from datetime import datetime, timedelta, timezone
+    from datetime import UTC, datetime, timedelta, timezone
 
     if not isinstance(value, str):
         return None
@@ -70,6 +69,7 @@ def parse_rfc3339(value: object) -> datetime | None:
 
 def format_rfc3339(moment: datetime) -> str:
     """``metav1.Time`` form: seconds precision, UTC, ``Z``."""
+    from datetime import UTC
 
     return moment.astimezone(UTC).strftime(_FORMAT)
 

@@ -34,6 +34,7 @@ FORBIDDEN = (
     "dataclasses",
     "asyncio",
     "inspect",
+    "datetime",
 )
 K8S_ARGS = "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;K8S_POD_UID=pod-uid-1"
 
