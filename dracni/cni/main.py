@@ -66,10 +66,15 @@ def _fail(out: BinaryIO, err: CNIError, version: str) -> int:
 
 def _dispatch(req: Request) -> JSON | None:
     from ..state.store import PluginVersionCache, StateDir
-    from .delegate import DEFAULT_TIMEOUT, DelegateRunner
-    from .plugin import MetaPlugin, state_dir_for
 
-    state = StateDir(state_dir_for(req))
+    state = StateDir(req.state_dir)
+    if req.command == "ADD" and not state.pod_claim_uids(req.pod_uid, req.pod_namespace, req.pod_name):
+        # Most pods of a node: decided before the plugin's machinery is even imported.
+        log.debug("no prepared claims for this pod: pass-through")
+        return req.passthrough_result()
+    from .delegate import DEFAULT_TIMEOUT, DelegateRunner
+    from .plugin import MetaPlugin
+
     runner = DelegateRunner(
         req.path, req.env, PluginVersionCache(state), float(req.option("delegateTimeout", DEFAULT_TIMEOUT))
     )

@@ -8,8 +8,6 @@ for the publisher.  Without prepared claims it is a pass-through.
 
 from __future__ import annotations
 
-import os
-
 from ..clock import now_rfc3339
 from ..state import records as R
 from . import errors as E
@@ -52,7 +50,7 @@ class MetaPlugin:
         claims = self.state.pod_claims(req.pod_uid, req.pod_namespace, req.pod_name)
         if not claims:
             log.debug("no prepared claims for this pod: pass-through")
-            return self._passthrough_result()
+            return req.passthrough_result()
         planned = plan(claims, req.ifname)
         record = R.new_attachment(
             network=req.network,
@@ -127,12 +125,6 @@ class MetaPlugin:
             self.state.put_attachment(record)
             self._publish_facts(record)
         log.error(f"ADD failed and was rolled back: {failure.msg}")
-
-    def _passthrough_result(self) -> JSON:
-        if self.req.prev_result is not None:
-            prev: JSON = self.req.conf["prevResult"]
-            return prev
-        return {"cniVersion": self.req.cni_version, "dns": {}}
 
     # -- DEL ------------------------------------------------------------------------------
     def delete(self) -> None:
@@ -337,9 +329,3 @@ def merge_results(results: list[JSON]) -> JSON:
         if result.get("dns") and not merged["dns"]:
             merged["dns"] = result["dns"]
     return {k: v for k, v in merged.items() if v or k in ("cniVersion", "dns")}
-
-
-def state_dir_for(req: Request, flag: str | None = None) -> str:
-    from ..defaults import STATE_DIR
-
-    return flag or req.option("stateDir") or os.environ.get("DRACNI_STATE_DIR") or STATE_DIR

@@ -5,6 +5,8 @@ Every problem becomes a ``CNIError`` whose message names the variable or field a
 
 from __future__ import annotations
 
+import os
+
 from .. import jsonio
 from . import errors as E
 from .errors import CNIError
@@ -78,6 +80,23 @@ class Request:
 
     def option(self, key: str, default: Any = None) -> Any:
         return self.conf.get(key, default)
+
+    @property
+    def state_dir(self) -> str:
+        """``stateDir`` of the config, else ``$DRACNI_STATE_DIR``, else the default."""
+        configured = self.option("stateDir") or os.environ.get("DRACNI_STATE_DIR")
+        if configured:
+            return str(configured)
+        from ..defaults import STATE_DIR
+
+        return STATE_DIR
+
+    def passthrough_result(self) -> JSON:
+        """The result of an ADD that adds nothing: the chain's prevResult as received."""
+        if self.prev_result is not None:
+            prev: JSON = self.conf["prevResult"]
+            return prev
+        return {"cniVersion": self.cni_version, "dns": {}}
 
 
 def parse(env: dict[str, str], stdin: bytes) -> Request:

@@ -26,7 +26,6 @@ import os
 from .. import jsonio
 from ..atomicfile import fsync_dir, read_if_exists, write_atomic
 from . import records as R
-from .lock import Held, StateLock
 from .records import SCHEMA_VERSION, attachment_key, claim_pod_keys, pod_index_keys
 
 TYPE_CHECKING = False
@@ -34,6 +33,7 @@ if TYPE_CHECKING:  # typing costs ~7 ms to import; annotations are strings (PEP 
     from collections.abc import Callable
     from typing import Any
 
+    from .lock import Held, StateLock
     from .records import JSON, Attachment, DeviceFact, OutboxClaim, PodIndex, PreparedClaim, StatusOutbox
 
 DIR_MODE = 0o700
@@ -57,7 +57,7 @@ class StateDir:
 
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
-        self._lock = StateLock(os.path.join(self.root, "state.lock"), prepare=self.ensure, error=StateError)
+        self._lock: StateLock | None = None  # made on the first write: reads take no lock
 
     # -- paths ---------------------------------------------------------------------------
     def _path(self, kind: str, stem: str) -> str:
@@ -76,6 +76,10 @@ class StateDir:
     # -- locking -------------------------------------------------------------------------
     def locked(self, timeout: float = LOCK_TIMEOUT) -> Held:
         """``with state.locked():`` holds the state lock (re-entrant within this object)."""
+        if self._lock is None:
+            from .lock import StateLock  # deferred: a pass-through ADD only reads
+
+            self._lock = StateLock(os.path.join(self.root, "state.lock"), prepare=self.ensure, error=StateError)
         return self._lock.held(timeout)
 
     # -- low-level record I/O --------------------------------------------------------------
@@ -94,7 +98,7 @@ class StateDir:
 
     def _write(self, path: str, record: Any) -> None:
         """Atomically replace ``path`` with ``record``; the caller holds the lock."""
-        assert self._lock.is_mine(), "state writes must hold the state lock"
+        assert self._lock is not None and self._lock.is_mine(), "state writes must hold the state lock"
         record["schema"] = SCHEMA_VERSION
         try:
             write_atomic(path, jsonio.dumps(record, pretty=True), FILE_MODE)
@@ -102,7 +106,7 @@ class StateDir:
             raise StateError(f"cannot write {path}: {exc.strerror}") from exc
 
     def _delete(self, path: str) -> bool:
-        assert self._lock.is_mine(), "state writes must hold the state lock"
+        assert self._lock is not None and self._lock.is_mine(), "state writes must hold the state lock"
         try:
             os.unlink(path)
         except FileNotFoundError:
