@@ -17,6 +17,7 @@ from .. import jsonio
 from . import errors as E
 from .errors import CNIError
 from .log import log
+from .request import DELEGATE_MARK
 from .versions import LATEST, best_common_version
 
 TYPE_CHECKING = False
@@ -126,6 +127,7 @@ class DelegateRunner:
         env = dict(self.base_env)
         env.update(
             {
+                DELEGATE_MARK: str(os.getpid()),
                 "CNI_COMMAND": command,
                 "CNI_CONTAINERID": container_id,
                 "CNI_NETNS": netns,
@@ -140,8 +142,15 @@ class DelegateRunner:
         started = time.monotonic()
         for attempt in range(_ETXTBSY_RETRIES + 1):
             try:
-                proc = subprocess.run(
-                    [binary], input=stdin, env=env, capture_output=True, timeout=self.timeout, close_fds=True
+                # Its own process group: a timeout ends the delegate and everything it started.
+                proc = subprocess.Popen(
+                    [binary],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    env=env,
+                    close_fds=True,
+                    process_group=0,
                 )
                 break
             except OSError as exc:
@@ -149,23 +158,38 @@ class DelegateRunner:
                     time.sleep(0.05 * (attempt + 1))
                     continue
                 raise CNIError(E.IO_FAILURE, f"cannot execute delegate {binary}: {exc.strerror}") from None
-            except subprocess.TimeoutExpired:
-                raise CNIError(
-                    E.TRY_AGAIN_LATER, f"delegate {name} {command} did not finish within {self.timeout:g}s"
-                ) from None
+        try:
+            stdout, stderr = proc.communicate(stdin, timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            raise CNIError(
+                E.TRY_AGAIN_LATER, f"delegate {name} {command} did not finish within {self.timeout:g}s"
+            ) from None
         elapsed = (time.monotonic() - started) * 1000
-        if proc.stderr:
-            log.debug(f"delegate {name} {command} stderr: {proc.stderr.decode('utf-8', 'replace').strip()}")
+        if stderr:
+            log.debug(f"delegate {name} {command} stderr: {stderr.decode('utf-8', 'replace').strip()}")
         log.debug(f"delegate {name} {command} ifname={ifname} exit={proc.returncode} in {elapsed:.1f}ms")
-        out = proc.stdout.strip()
+        out = stdout.strip()
         if proc.returncode != 0:
-            raise _delegate_error(name, command, out, proc.stderr, proc.returncode)
+            raise _delegate_error(name, command, out, stderr, proc.returncode)
         if not out:
             return None
         try:
             return jsonio.loads_object(out, f"the output of delegate {name} {command}")
         except ValueError as exc:
             raise CNIError(E.DECODE_FAILURE, str(exc)) from None
+
+
+def _kill_group(proc: Any) -> None:
+    """SIGKILL the delegate's whole process group, reap the delegate, drop its pipes."""
+    try:
+        os.killpg(proc.pid, 9)  # SIGKILL, without importing signal
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 def _delegate_error(name: str, command: str, out: bytes, stderr: bytes, rc: int) -> CNIError:

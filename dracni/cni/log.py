@@ -11,6 +11,15 @@ import sys
 import time
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+#: Characters that could end a log line or steer a terminal, written as escapes instead: C0
+#: and C1 controls, DEL and the Unicode line/paragraph separators.  Messages carry tenant
+#: input (claim configs, delegate output), which must never forge a line of its own.
+_CONTROLS = {c: repr(chr(c))[1:-1] for c in (*range(0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029)}
+
+
+def escape_controls(text: str) -> str:
+    """``text`` on one line: every control character as its Python escape (``\\n``, ``\\x1b``)."""
+    return text.translate(_CONTROLS)
 
 
 class Log:
@@ -30,7 +39,7 @@ class Log:
             return
         now = time.time()
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
-        line = f"{stamp} {level.upper()} dracni[{os.getpid()}] {self.context}{msg}\n"
+        line = f"{stamp} {level.upper()} dracni[{os.getpid()}] {escape_controls(self.context + msg)}\n"
         try:
             sys.stderr.write(line.encode("utf-8", "backslashreplace").decode("utf-8"))
         except (OSError, ValueError):

@@ -33,13 +33,19 @@ def run(env: dict[str, str] | None = None, stdin: bytes | None = None, out: Bina
     try:
         if stdin is None:
             stdin = sys.stdin.buffer.read()
-        from .request import parse
+        from .request import DELEGATE_MARK, parse
 
         req = parse(env, stdin)
         version = req.cni_version if req.cni_version in SUPPORTED_VERSIONS else LATEST
         if req.command == "VERSION":
             _write(out, {"cniVersion": req.cni_version, "supportedVersions": list(SUPPORTED_VERSIONS)})
             return 0
+        if env.get(DELEGATE_MARK):  # before the config's logFile is opened
+            raise CNIError(
+                E.INVALID_CONFIG,
+                "type: dracni cannot be a delegate of dracni (a claim's config names it as a plugin or as "
+                "an IPAM); refused so that a claim cannot make dracni recurse or write files of its choosing",
+            )
         log.configure(
             req.option("logLevel"), req.option("logFile"), f"{req.command} {req.container_id or '-'} {req.network}: "
         )

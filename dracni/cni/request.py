@@ -25,6 +25,11 @@ _ID_CHARS = _ALNUM | frozenset("_.-")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 MAX_DELEGATE_TIMEOUT = 3600
 
+#: Set in the environment of every delegate dracni runs.  A dracni that finds it was started by
+#: dracni (a claim naming ``type: dracni`` as a plugin or as an IPAM) refuses to run, so that a
+#: claim can neither make it recurse nor hand it a ``logFile``/``stateDir`` of its choosing.
+DELEGATE_MARK = "DRACNI_DELEGATE_OF"
+
 #: dracni's own keys in its plugin config, with their expected JSON types.
 OWN_KEYS: dict[str, type | tuple[type, ...]] = {
     "stateDir": str,

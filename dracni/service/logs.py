@@ -6,6 +6,16 @@ import json
 import logging
 import sys
 
+from ..cni.log import escape_controls
+
+
+class TextFormatter(logging.Formatter):
+    """One line per message: control characters in it are escaped (tracebacks stay multi-line)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escape_controls(record.message)
+        return super().formatMessage(record)
+
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
@@ -25,7 +35,7 @@ def setup_logging(fmt: str = "text", level: str = "info") -> None:
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

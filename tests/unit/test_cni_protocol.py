@@ -838,3 +838,33 @@ def test_regression_stdin_must_be_utf8(cni, stdin):
     and surrogates decoded from it later break the output encoding (see the test above).
     Fix: in jsonio.loads, ``data.decode("utf-8")`` (strict) before json.loads, so these are code 6."""
     cni.error(6, "stdin", command="ADD", stdin=stdin)
+
+
+# -- dracni under dracni (issue 9, item 3) ------------------------------------------------------
+
+
+def test_dracni_refuses_to_run_as_a_delegate_of_dracni_and_opens_no_log_file(cni):
+    """A claim naming ``type: dracni`` (as a plugin or as an IPAM) gets a clear error, no
+    recursion, and none of the files its config names is touched."""
+    victim = cni.tmp / "victim"
+    conf = cni.conf(logFile=str(victim), stateDir=str(cni.tmp / "elsewhere"))
+    for command in ("ADD", "DEL", "CHECK"):
+        check_error(*cni.run(command, conf=conf, DRACNI_DELEGATE_OF="4242"), 7, "cannot be a delegate of dracni")
+    assert not victim.exists() and not (cni.tmp / "elsewhere").exists()
+
+
+def test_version_still_answers_under_dracni(cni):
+    raw = cni.ok("VERSION", stdin=b'{"cniVersion":"1.0.0"}', DRACNI_DELEGATE_OF="4242")
+    assert json.loads(raw)["supportedVersions"] == SUPPORTED
+
+
+def test_log_lines_escape_control_characters(tmp_path):
+    """Tenant text in a message (a delegate's error, a config value) cannot forge a log line of
+    its own or steer a terminal: the file and stderr get one line, the controls as escapes."""
+    from dracni.cni.log import Log
+
+    logfile = tmp_path / "dracni.log"
+    Log(level="info", path=str(logfile), context="ADD c0ffee net: ").error("boom\nFORGED line\x1b[2J\u2028x")
+    text = logfile.read_text()
+    assert text.count("\n") == 1 and text.endswith("\n")
+    assert "ADD c0ffee net: boom\\nFORGED line\\x1b[2J\\u2028x" in text and "\x1b" not in text

@@ -655,3 +655,57 @@ def test_delegate_config_end_to_end_through_exec(bindir: Path) -> None:
     assert received["name"] == "macnet" and received["cniVersion"] == "0.4.0"
     assert received["runtimeConfig"] == {"mac": "02:00:00:00:00:01"}
     assert received["prevResult"]["ips"][1]["version"] == "6"
+
+
+# -- process safety (issue 9, item 3) ----------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is dead
+    except FileNotFoundError:
+        return False
+
+
+def test_a_timeout_kills_the_delegates_whole_process_group(bindir: Path, tmp_path: Path) -> None:
+    """What a delegate started (an IPAM still running, say) dies with it at the timeout,
+    instead of finishing after the rollback and leaking what it allocates."""
+    pidfile = tmp_path / "grandchild.pid"
+    plugin = sh_plugin(bindir / "forky", f'sleep 30 &\necho $! > "{pidfile}"\nwait\n')
+    try:
+        with pytest.raises(CNIError) as info:
+            run_add(runner(bindir, timeout=0.5), plugin)
+        assert info.value.code == 11
+        grandchild = int(pidfile.read_text())
+        deadline = time.monotonic() + 5
+        while _alive(grandchild) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not _alive(grandchild), "the delegate's child survived the timeout"
+    finally:
+        if pidfile.exists():
+            try:
+                os.kill(int(pidfile.read_text()), 9)
+            except (ProcessLookupError, ValueError):
+                pass
+
+
+def test_a_delegate_runs_in_its_own_process_group(bindir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ids"
+    plugin = sh_plugin(
+        bindir / "ids",
+        f'cat >/dev/null\necho "$$ $(ps -o pgid= -p $$)" > "{out}"\necho \'{{"cniVersion":"1.0.0"}}\'\n',
+    )
+    run_add(runner(bindir), plugin)
+    pid, pgid = out.read_text().split()
+    assert pid == pgid and int(pgid) != os.getpgrp()
+
+
+def test_every_delegate_learns_it_runs_under_dracni(bindir: Path, tmp_path: Path) -> None:
+    """The mark a nested dracni refuses to run under (see test_cni_protocol)."""
+    out = tmp_path / "mark"
+    plugin = sh_plugin(
+        bindir / "marked", f'cat >/dev/null\necho "$DRACNI_DELEGATE_OF" > "{out}"\necho \'{{"cniVersion":"1.0.0"}}\'\n'
+    )
+    run_add(runner(bindir), plugin)
+    assert out.read_text().strip() == str(os.getpid())
