@@ -74,7 +74,8 @@ def _dispatch(req: Request) -> JSON | None:
     from ..state.store import PluginVersionCache, StateDir
 
     state = StateDir(req.state_dir)
-    if req.command == "ADD" and not state.pod_claim_uids(req.pod_uid, req.pod_namespace, req.pod_name):
+    claim_uids = state.pod_claim_uids(req.pod_uid, req.pod_namespace, req.pod_name) if req.command == "ADD" else []
+    if req.command == "ADD" and not claim_uids:
         # Most pods of a node: decided before the plugin's machinery is even imported.
         log.debug("no prepared claims for this pod: pass-through")
         return req.passthrough_result()
@@ -86,7 +87,7 @@ def _dispatch(req: Request) -> JSON | None:
     )
     plugin = MetaPlugin(req, state, runner)
     if req.command == "ADD":
-        return plugin.add()
+        return plugin.add(claim_uids)
     if req.command == "DEL":
         plugin.delete()
     elif req.command == "CHECK":

@@ -45,9 +45,10 @@ class MetaPlugin:
         )
 
     # -- ADD ------------------------------------------------------------------------------
-    def add(self) -> JSON:
+    def add(self, claim_uids: list[str]) -> JSON:
+        """ADD for a pod whose index lists ``claim_uids`` (the dispatcher read it already)."""
         req = self.req
-        claims = self.state.pod_claims(req.pod_uid, req.pod_namespace, req.pod_name)
+        claims = self.state.read_claims(claim_uids)
         if not claims:
             log.debug("no prepared claims for this pod: pass-through")
             return req.passthrough_result()

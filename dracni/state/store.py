@@ -145,12 +145,11 @@ class StateDir:
         return []
 
     def pod_claims(self, pod_uid: str | None, namespace: str | None, name: str | None) -> list[PreparedClaim]:
-        claims = []
-        for uid in self.pod_claim_uids(pod_uid, namespace, name):
-            record = self.read_claim(uid)
-            if record is not None:
-                claims.append(record)
-        return claims
+        return self.read_claims(self.pod_claim_uids(pod_uid, namespace, name))
+
+    def read_claims(self, uids: list[str]) -> list[PreparedClaim]:
+        """The prepared claims of ``uids`` that exist, in that order."""
+        return [record for record in map(self.read_claim, uids) if record is not None]
 
     def put_claim(self, record: PreparedClaim) -> None:
         self.put_claims([record])

@@ -282,6 +282,15 @@ def test_exec_invalid_json_output_is_code_6(bindir: Path, output: str) -> None:
     assert "badjson" in info.value.msg
 
 
+def kill_recorded(pidfile: Path) -> None:
+    """Cleanup: SIGKILL the process whose pid a test plugin wrote, if it is still there."""
+    if pidfile.exists():
+        try:
+            os.kill(int(pidfile.read_text()), 9)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
 def test_exec_timeout_is_code_11(bindir: Path) -> None:
     plugin = sh_plugin(bindir / "sleepy", "exec sleep 30\n")
     started = time.monotonic()
@@ -305,11 +314,7 @@ def test_exec_timeout_with_a_grandchild_holding_stdout(bindir: Path, tmp_path: P
         assert info.value.code == 11
         assert time.monotonic() - started < 10
     finally:
-        if pidfile.exists():
-            try:
-                os.kill(int(pidfile.read_text()), 9)
-            except (ProcessLookupError, ValueError):
-                pass
+        kill_recorded(pidfile)
 
 
 def test_exec_unexecutable_binary_is_code_5(bindir: Path) -> None:
@@ -683,11 +688,7 @@ def test_a_timeout_kills_the_delegates_whole_process_group(bindir: Path, tmp_pat
             time.sleep(0.02)
         assert not _alive(grandchild), "the delegate's child survived the timeout"
     finally:
-        if pidfile.exists():
-            try:
-                os.kill(int(pidfile.read_text()), 9)
-            except (ProcessLookupError, ValueError):
-                pass
+        kill_recorded(pidfile)
 
 
 def test_a_delegate_runs_in_its_own_process_group(bindir: Path, tmp_path: Path) -> None:
