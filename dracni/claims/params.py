@@ -3,8 +3,9 @@
 The rules live in ``spec/claim-parameters.schema.json``; this module applies that schema,
 turns the most specific schema error into a message naming the offending field
 (``parameters.config.plugins[1].type: "macvlan/x" must not contain "/"``), and adds what a
-schema cannot express: decoding a JSON-string config first, the delegate type allowlist, and
-the derived names of a single-plugin config.
+schema cannot express: decoding a JSON-string config first, config and network being
+exclusive, and the derived names of a single-plugin config.  What a tenant may put in them is
+the tenant policy's business (``dracni.policy``).
 
 jsonschema is imported here only (lazily, on first validation): nothing on the CNI hot path
 imports this module.
@@ -31,10 +32,16 @@ _VALUE_LIMIT = 80
 
 
 class DeviceParameters(TypedDict):
-    """Validated, normalised parameters of one device: the attachment part of a ``DeviceSpec``."""
+    """Validated, normalised parameters of one device: the attachment part of a ``DeviceSpec``.
+
+    ``config`` is None when the parameters choose a DeviceClass network instead (``network``
+    names it, or None: the class's last one); ``single`` says the config was one plugin.
+    """
 
     ifName: str | None
-    config: dict[str, Any]  # always a conflist
+    config: dict[str, Any] | None  # always a conflist when present
+    network: str | None
+    single: bool
     runtimeConfig: dict[str, Any]
     capabilities: dict[str, bool]
     persistentIPs: bool
@@ -50,36 +57,33 @@ class ParameterError(ValueError):
         self.reason = reason
 
 
-def validate_parameters(
-    params: object,
-    *,
-    allowed_types: frozenset[str] | None = None,
-    where: str = "parameters",
-) -> DeviceParameters:
-    """Check ``params`` and return the normalised attachment.
+def validate_parameters(params: object, *, where: str = "parameters") -> DeviceParameters:
+    """Check the shape of ``params`` and return the normalised attachment.
 
-    The result is ``{"ifName", "config", "runtimeConfig", "capabilities", "persistentIPs",
-    "ipamClaim"}`` where ``config`` is
-    always a conflist object (a single plugin config becomes a one-plugin conflist named after
-    its ``name``, else its ``type``).  ``allowed_types``, when given, is the allowlist of
-    delegate plugin types (the ``type`` of each plugin of the list; IPAM types are the
-    delegate's business).  The input is never modified; the result shares nothing with it.
+    ``config``, when given, is always returned as a conflist object (a single plugin config
+    becomes a one-plugin conflist named after its ``name``, else its ``type``).  The input is
+    never modified; the result shares nothing with it.
     """
     if not isinstance(params, dict):
         raise ParameterError(where, f"must be a JSON object, not {_json_type(params)}")
     params = _decode_config(params, where)
     _check_schema(params, where)
-    single = "plugins" not in params["config"]
+    raw = params.get("config")
+    if raw is not None and params.get("network") is not None:
+        raise ParameterError(
+            f"{where}.network", "give either network (a network of the DeviceClass) or config, not both"
+        )
+    single = raw is not None and "plugins" not in raw
     config_field = f"{where}.config"
-    config = _as_conflist(params["config"], config_field) if single else copy.deepcopy(params["config"])
-    if allowed_types is not None:
-        _check_allowed_types(config, allowed_types, config_field, single)
+    config = None if raw is None else _as_conflist(raw, config_field) if single else copy.deepcopy(raw)
     if_name = params.get("ifName")
     if if_name is not None and len(if_name.encode()) > _IFNAMSIZ:
         raise ParameterError(f"{where}.ifName", f"{_show(if_name)} is longer than {_IFNAMSIZ} bytes")
     return {
         "ifName": if_name,
         "config": config,
+        "network": params.get("network"),
+        "single": single,
         "runtimeConfig": copy.deepcopy(params.get("runtimeConfig") or {}),
         "capabilities": dict(params.get("capabilities") or {}),
         "persistentIPs": bool(params.get("persistentIPs", False)),
@@ -127,16 +131,6 @@ def _as_conflist(plugin: dict[str, Any], field: str) -> dict[str, Any]:
     if "cniVersion" in plugin:
         conflist["cniVersion"] = plugin["cniVersion"]
     return conflist
-
-
-def _check_allowed_types(config: dict[str, Any], allowed: frozenset[str], field: str, single: bool) -> None:
-    for index, plugin in enumerate(config["plugins"]):
-        if plugin["type"] in allowed:
-            continue
-        where = f"{field}.type" if single else f"{field}.plugins[{index}].type"
-        listed = ", ".join(sorted(allowed)) if allowed else "none"
-        reason = f"{_show(plugin['type'])} is not an allowed plugin type (allowed: {listed})"
-        raise ParameterError(where, reason)
 
 
 # -- schema errors -----------------------------------------------------------------------

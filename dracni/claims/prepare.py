@@ -18,6 +18,8 @@ from dracni.claims.sticky import IpamClaimGetter, pin_addresses
 from dracni.state.store import StateDir, StateError
 
 if TYPE_CHECKING:
+    from dracni.policy.binding import DeviceLookup
+    from dracni.policy.config import TenantPolicy
     from dracni.state.records import DeviceSpec, PreparedClaim
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,8 @@ def prepare_claims(
     *,
     driver: str,
     node: str | None = None,
-    allowed_types: frozenset[str] | None = None,
+    policy: TenantPolicy | None = None,
+    devices: DeviceLookup | None = None,
     sources: dict[str, str | None] | None = None,
     ipamclaims: IpamClaimGetter | None = None,
 ) -> dict[str, PrepareOutcome]:
@@ -49,7 +52,8 @@ def prepare_claims(
     Keyed by claim UID (``<namespace>/<name>`` for a claim without one, which always fails).
     ``sources`` maps a claim UID to the manifest file it came from (clusterless use).
     ``ipamclaims`` reads an IPAMClaim (namespace, name) for attachments that name one; without
-    it (clusterless use) such an attachment fails to prepare.
+    it (clusterless use) such an attachment fails to prepare.  ``policy`` and ``devices``: see
+    ``resolve_claim``; the IPAM of claim configs keeps its files in the state dir's ``ipam/``.
     Re-preparing an unchanged claim leaves its record untouched (``preparedAt`` included).
     """
     outcomes: dict[str, PrepareOutcome] = {}
@@ -58,7 +62,13 @@ def prepare_claims(
         key = _claim_key(claim)
         try:
             record = resolve_claim(
-                claim, driver=driver, node=node, allowed_types=allowed_types, source=(sources or {}).get(key)
+                claim,
+                driver=driver,
+                node=node,
+                policy=policy,
+                devices=devices,
+                ipam_dir=state.ipam_dir,
+                source=(sources or {}).get(key),
             )
             pin_addresses(claim, record, driver=driver, ipamclaims=ipamclaims)
         except ClaimError as exc:

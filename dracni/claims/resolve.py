@@ -2,18 +2,27 @@
 
 Works on the API's camelCase JSON form of resource.k8s.io v1, v1beta1 and v1beta2: the
 allocation results, the allocation's config and ``status.reservedFor`` have the same shape in
-all three.  Config precedence follows the API (docs/contracts.md section 3): this driver's opaque
-configs only, class configs before claim configs, later wins, and a config naming request
-``req`` also applies to the subrequests ``req/<sub>``.  The parameters of the winning config
-are used as a whole (they are not merged with earlier ones).
+all three.  Only this driver's opaque configs count, and a config naming request ``req`` also
+applies to the subrequests ``req/<sub>`` (docs/contracts.md section 3).
+
+Trust decides what each config may do (docs/security.md).  The DeviceClass configs
+(``source: FromClass``) are the administrator's networks: without a claim config the last one
+applies as it is.  A claim config (``FromClaim``, tenant input) either chooses one of them by
+name and sets per-attachment fields (the profile form), or, where no class config covers the
+request and the tenant policy allows full claim configs, brings its own network under the
+policy's rules.  Either way the allocated device binds the network (``policy.binding``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dracni.claims.params import ParameterError, validate_parameters
+from dracni.claims.params import DeviceParameters, ParameterError, validate_parameters
 from dracni.clock import now_rfc3339
+from dracni.policy.binding import DeviceLookup, bind_to_device
+from dracni.policy.config import FULL, TenantPolicy
+from dracni.policy.rules import refuse
+from dracni.policy.tenant import apply_profile, check_any_source, check_claim_config, manage_ipam_data
 from dracni.state.records import claim_ref, new_prepared_claim
 
 if TYPE_CHECKING:
@@ -39,7 +48,9 @@ def resolve_claim(
     *,
     driver: str,
     node: str | None = None,
-    allowed_types: frozenset[str] | None = None,
+    policy: TenantPolicy | None = None,
+    devices: DeviceLookup | None = None,
+    ipam_dir: str | None = None,
     source: str | None = None,
     prepared_at: str | None = None,
 ) -> PreparedClaim:
@@ -47,7 +58,10 @@ def resolve_claim(
 
     ``node`` is accepted for the callers' convenience but does not filter results: the
     allocation's nodeSelector already tied the claim to a node, and pool names need not be
-    node names.  ``prepared_at`` overrides the timestamp (RFC 3339, UTC) for tests.
+    node names.  ``policy`` is the tenant policy (None: the safe defaults); ``devices`` finds
+    the NIC behind an allocated device (None: none can be found, so a config that needs it
+    fails); ``ipam_dir`` is the data directory dracni gives the IPAM of claim configs.
+    ``prepared_at`` overrides the timestamp (RFC 3339, UTC) for tests.
     """
     uid, namespace, name = _identity(claim)
     label = f"claim {namespace}/{name}"
@@ -55,15 +69,16 @@ def resolve_claim(
     results = _driver_results(allocation, driver, label)
     pods = _reserved_pods(claim, label)
     configs = _driver_configs(claim, allocation, driver)
-    devices = [_device(result, configs, driver, allowed_types, label) for result in results]
-    _check_unique_ifnames(devices, label)
+    rules = _Rules(policy or TenantPolicy(), devices, ipam_dir)
+    specs = [_device(result, configs, driver, rules, label) for result in results]
+    _check_unique_ifnames(specs, label)
     return new_prepared_claim(
         claim_ref(uid, namespace, name),
         driver=driver,
         source=source,
         prepared_at=prepared_at or now_rfc3339(),
         pods=pods,
-        devices=devices,
+        devices=specs,
     )
 
 
@@ -153,26 +168,24 @@ def config_applies(requests: list[str] | None, request: str) -> bool:
     return request in requests or parent in requests
 
 
-def _winning_config(configs: list[dict[str, Any]], request: str) -> dict[str, Any] | None:
-    """The last applicable config: its parameters are used as a whole."""
-    matching = [c for c in configs if config_applies(c.get("requests"), request)]
-    return matching[-1] if matching else None
+class _Rules(NamedTuple):
+    policy: TenantPolicy
+    devices: DeviceLookup | None
+    ipam_dir: str | None
 
 
 def _device(
-    result: dict[str, Any], configs: list[dict[str, Any]], driver: str, allowed_types: frozenset[str] | None, label: str
+    result: dict[str, Any], configs: list[dict[str, Any]], driver: str, rules: _Rules, label: str
 ) -> DeviceSpec:
     request = result["request"]
-    config = _winning_config(configs, request)
-    if config is None:
-        raise ClaimError(
-            f"{label}: request {request}: no opaque config for driver {driver}; "
-            f"add spec.devices.config with opaque.driver: {driver}"
-        )
+    where = f"{label}: request {request}"
     try:
-        attachment = validate_parameters(config["opaque"].get("parameters"), allowed_types=allowed_types)
+        attachment = _attachment(result, configs, driver, rules, where)
+    except ClassConfigError as exc:
+        raise ClaimError(f"{where}: the DeviceClass's config: {exc}", field=exc.field) from exc
     except ParameterError as exc:
-        raise ClaimError(f"{label}: request {request}: {exc}", field=exc.field) from exc
+        raise ClaimError(f"{where}: {exc}", field=exc.field) from exc
+    assert attachment["config"] is not None
     return {
         "request": request,
         "pool": result["pool"],
@@ -185,6 +198,78 @@ def _device(
         "persistentIPs": attachment["persistentIPs"],
         "ipamClaim": attachment["ipamClaim"],
     }
+
+
+class ClassConfigError(ParameterError):
+    """The administrator's network (a FromClass config) is what is wrong, not the claim."""
+
+
+def _attachment(
+    result: dict[str, Any], configs: list[dict[str, Any]], driver: str, rules: _Rules, where: str
+) -> DeviceParameters:
+    """The parameters the request's device gets, decided by who wrote which config."""
+    request = result["request"]
+    applicable = [c for c in configs if config_applies(c.get("requests"), request)]
+    networks = [_class_network(c) for c in applicable if c.get("source") == SOURCE_CLASS]  # in order
+    claim_configs = [c for c in applicable if c.get("source") != SOURCE_CLASS]
+    wanted = validate_parameters(claim_configs[-1]["opaque"].get("parameters")) if claim_configs else None
+    if wanted is None:
+        if not networks:
+            raise ClaimError(
+                f"{where}: no opaque config for driver {driver}; add spec.devices.config with opaque.driver: {driver}"
+            )
+        attachment = networks[-1]
+    elif wanted["config"] is not None:  # a claim's own network
+        if networks and rules.policy.claim_configs == FULL:  # under profiles, claimConfigs refuses it
+            raise refuse("parameters.config", "a claim config cannot replace it", "classPrecedence")
+        check_claim_config(wanted, rules.policy, "parameters")
+        attachment = wanted
+    else:
+        attachment = apply_profile(_chosen_network(networks, wanted["network"], driver), wanted, "parameters")
+    tenant = wanted is not None and wanted["config"] is not None
+    try:
+        check_any_source(attachment, "parameters")
+        bind_to_device(
+            attachment,
+            pool=result["pool"],
+            device=result["device"],
+            shared=bool(result.get("shareID")),
+            tenant=tenant,
+            lookup=rules.devices,
+            where="parameters",
+        )
+    except ParameterError as exc:
+        raise exc if tenant else ClassConfigError(exc.field, exc.reason) from None
+    if tenant and rules.ipam_dir is not None:
+        assert attachment["config"] is not None
+        manage_ipam_data(attachment["config"], rules.ipam_dir)
+    return attachment
+
+
+def _class_network(config: dict[str, Any]) -> DeviceParameters:
+    try:
+        params = validate_parameters(config["opaque"].get("parameters"))
+    except ParameterError as exc:
+        raise ClassConfigError(exc.field, exc.reason) from None
+    if params["config"] is None:
+        raise ClassConfigError("parameters.config", "a DeviceClass config must define its network (config)")
+    return params
+
+
+def _chosen_network(networks: list[DeviceParameters], name: str | None, driver: str) -> DeviceParameters:
+    if not networks:
+        raise ParameterError(
+            "parameters.network",
+            "the DeviceClass defines no network for this request (no opaque config of driver "
+            f"{driver} with source FromClass); choose a DeviceClass that does",
+        )
+    if name is None:
+        return networks[-1]
+    by_name = {n["config"]["name"]: n for n in networks if n["config"] is not None}
+    if name not in by_name:
+        listed = ", ".join(sorted(by_name))
+        raise ParameterError("parameters.network", f'"{name}" is not a network of the DeviceClass (it has: {listed})')
+    return by_name[name]
 
 
 def _check_unique_ifnames(devices: list[DeviceSpec], label: str) -> None:

@@ -8,39 +8,64 @@ import sys
 import click
 
 from .. import jsonio
-from .options import driver_option, manifests_at, select_claims, state_at, state_dir_option
+from .options import (
+    driver_option,
+    manifests_at,
+    policy_options,
+    select_claims,
+    state_at,
+    state_dir_option,
+    tenant_policy,
+)
 
 
 @click.command()
 @click.argument("claims_path", type=click.Path(exists=True))
 @click.option("--claim", "names", multiple=True, metavar="NS/NAME", help="Only these claims (repeatable).")
 @click.option("--node", envvar="NODE_NAME", default=None, help="This node's name.")
+@policy_options
 @click.option(
-    "--allow-type",
-    "allowed",
-    multiple=True,
-    metavar="TYPE",
-    help="Allowed delegate plugin types (repeatable; default: any).",
+    "--nic-netns",
+    envvar="DRACNI_NIC_NETNS",
+    default=None,
+    metavar="PATH",
+    help="Network namespace holding the node's NICs, which allocated devices name; default: this one.",
 )
 @state_dir_option
 @driver_option
 def prepare(
-    claims_path: str, names: tuple[str, ...], node: str | None, allowed: tuple[str, ...], state_dir: str, driver: str
+    claims_path: str,
+    names: tuple[str, ...],
+    node: str | None,
+    policy_file: str | None,
+    claim_configs: str | None,
+    allow_types: tuple[str, ...],
+    allow_ipam_types: tuple[str, ...],
+    nic_netns: str | None,
+    state_dir: str,
+    driver: str,
 ) -> None:
     """Prepare the allocated claims found in CLAIMS_PATH (a manifest file or directory).
 
-    The same guards as the kubelet plugin's: the claim's UID, and with --node, that its
-    devices are allocated from this node's pool.
+    The same guards as the kubelet plugin's: the claim's UID, with --node, that its devices
+    are allocated from this node's pool, and the tenant policy.
     """
+    from ..inventory.lookup import NodeDevices
     from ..kubelet.helper import ClaimRef, KubeletPluginHelper
 
+    policy = tenant_policy(policy_file, claim_configs, allow_types, allow_ipam_types)
     source = manifests_at(claims_path)
     refs = [
         ClaimRef(c["metadata"]["namespace"], c["metadata"]["uid"], c["metadata"]["name"])
         for c in select_claims(source, names)
     ]
     helper = KubeletPluginHelper(
-        state=state_at(state_dir), claims=source, driver=driver, node=node, allowed_types=frozenset(allowed) or None
+        state=state_at(state_dir),
+        claims=source,
+        driver=driver,
+        node=node,
+        policy=policy,
+        devices=NodeDevices(netns=nic_netns),
     )
     outcomes = helper.prepare(refs)
     failed = 0
@@ -145,39 +170,43 @@ def inspect(state_dir: str, as_json: bool) -> None:
 
 @click.command()
 @click.argument("path", type=click.Path(exists=True))
-@click.option("--allow-type", "allowed", multiple=True, metavar="TYPE", help="Allowed delegate plugin types.")
+@policy_options
 @driver_option
-def validate(path: str, allowed: tuple[str, ...], driver: str) -> None:
-    """Validate claim parameters: a parameters file (YAML/JSON) or ResourceClaim manifests."""
+def validate(
+    path: str,
+    policy_file: str | None,
+    claim_configs: str | None,
+    allow_types: tuple[str, ...],
+    allow_ipam_types: tuple[str, ...],
+    driver: str,
+) -> None:
+    """Validate claim parameters under the tenant policy, as prepare would.
+
+    PATH is a parameters file (YAML/JSON) or a file of manifests: ResourceClaims,
+    ResourceClaimTemplates and DeviceClasses (whose networks the claims' choices are checked
+    against).  What needs the allocated device (which NIC master names) is checked on the node.
+    """
     import yaml
 
-    from ..claims.params import ParameterError, validate_parameters
+    from ..claims.params import ParameterError
+    from ..policy.offline import check_found, class_networks, configs_in
 
-    with open(path, "rb") as f:
-        docs = [d for d in yaml.safe_load_all(f) if d is not None]
-    found = 0
+    policy = tenant_policy(policy_file, claim_configs, allow_types, allow_ipam_types)
+    try:
+        with open(path, "rb") as f:
+            docs = [d for d in yaml.safe_load_all(f) if d is not None]
+    except yaml.YAMLError as exc:
+        raise click.ClickException(f"{path}: not YAML or JSON: {exc}") from None
+    found = [item for doc in docs for item in configs_in(doc, driver, path)]
+    networks = class_networks(found)
     problems = []
-    for doc in docs:
-        candidates = []
-        if isinstance(doc, dict) and doc.get("kind") == "ResourceClaim":
-            allocated = ((doc.get("status") or {}).get("allocation") or {}).get("devices") or {}
-            configs = allocated.get("config") or (doc.get("spec") or {}).get("devices", {}).get("config") or []
-            name = f"{doc.get('metadata', {}).get('namespace', 'default')}/{doc.get('metadata', {}).get('name')}"
-            for i, cfg in enumerate(configs):
-                opaque = cfg.get("opaque") or {}
-                if opaque.get("driver") != driver:
-                    continue
-                candidates.append((f"{name} config[{i}]", opaque.get("parameters")))
-        else:
-            candidates.append((path, doc))
-        for where, params in candidates:
-            found += 1
-            try:
-                validate_parameters(params, allowed_types=frozenset(allowed) or None)
-            except ParameterError as exc:
-                problems.append(f"{where}: {exc}")
+    for item in found:
+        try:
+            check_found(item, policy, networks)
+        except ParameterError as exc:
+            problems.append(f"{item.where}: {exc}")
     for p in problems:
         click.echo(p, err=True)
-    click.echo(f"{found - len(problems)} of {found} parameter set(s) valid")
+    click.echo(f"{len(found) - len(problems)} of {len(found)} parameter set(s) valid")
     if problems or not found:
         sys.exit(1)

@@ -11,6 +11,7 @@ from .. import defaults
 
 if TYPE_CHECKING:
     from ..claims.manifests import ManifestClaimSource
+    from ..policy.config import TenantPolicy
     from ..state.store import StateDir
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -32,6 +33,64 @@ driver_option = shown(
     "--driver", defaults.DRIVER, "DRA driver name: opaque configs and status entries of this driver are ours.",
     envvar="DRACNI_DRIVER",
 )  # fmt: skip
+
+
+def policy_options(command: F) -> F:
+    """The tenant policy's settings (docs/security.md); ``tenant_policy`` turns them into one."""
+    options = [
+        click.option(
+            "--policy-file",
+            envvar="DRACNI_POLICY_FILE",
+            default=None,
+            metavar="PATH",
+            help="Tenant policy: a YAML/JSON file, or a directory of one file per key (a mounted "
+            "ConfigMap) with claimConfigs, pluginTypes, ipamTypes.  Default: the safe defaults.",
+        ),
+        click.option(
+            "--claim-configs",
+            type=click.Choice(["profiles", "full"]),
+            envvar="DRACNI_CLAIM_CONFIGS",
+            default=None,
+            help="profiles (default): claims choose a DeviceClass network by name; full: claims may "
+            "also bring their own CNI config, under the allowlists.",
+        ),
+        click.option(
+            "--allow-type",
+            "allow_types",
+            multiple=True,
+            metavar="TYPE",
+            help="Also allow this plugin type in claim configs (repeatable). Env: DRACNI_ALLOWED_TYPES (commas).",
+        ),
+        click.option(
+            "--allow-ipam-type",
+            "allow_ipam_types",
+            multiple=True,
+            metavar="TYPE",
+            help="Also allow this IPAM type in claim configs (repeatable). Env: DRACNI_ALLOWED_IPAM_TYPES.",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def tenant_policy(
+    policy_file: str | None, claim_configs: str | None, allow_types: tuple[str, ...], allow_ipam_types: tuple[str, ...]
+) -> TenantPolicy:
+    """The policy the options describe; a bad one stops the command with its reason."""
+    import os
+
+    from ..policy.config import PolicyError, load_policy, split_types
+
+    try:
+        return load_policy(
+            policy_file,
+            claim_configs=claim_configs,
+            allow_types=set(allow_types) | split_types(os.environ.get("DRACNI_ALLOWED_TYPES", "")),
+            allow_ipam_types=set(allow_ipam_types) | split_types(os.environ.get("DRACNI_ALLOWED_IPAM_TYPES", "")),
+        )
+    except PolicyError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def state_at(state_dir: str) -> StateDir:

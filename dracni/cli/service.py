@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .. import defaults
-from .options import driver_option, shown, state_dir_option
+from .options import driver_option, policy_options, shown, state_dir_option, tenant_policy
 
 
 @click.command("kubelet-plugin")
@@ -30,13 +30,7 @@ from .options import driver_option, shown, state_dir_option
     default="info",
     show_default=True,
 )
-@click.option(
-    "--allow-type",
-    "allowed",
-    multiple=True,
-    metavar="TYPE",
-    help="Delegate plugin types claims may use (repeatable; default: any). Env: DRACNI_ALLOWED_TYPES, comma-separated.",
-)
+@policy_options
 @click.option("--nic-include", multiple=True, metavar="GLOB", help="Publish only NICs matching (repeatable).")
 @click.option("--nic-exclude", multiple=True, metavar="GLOB", help="Never publish NICs matching (repeatable).")
 @click.option(
@@ -63,20 +57,21 @@ def kubelet_plugin(
     health_address: str,
     log_format: str,
     log_level: str,
-    allowed: tuple[str, ...],
+    policy_file: str | None,
+    claim_configs: str | None,
+    allow_types: tuple[str, ...],
+    allow_ipam_types: tuple[str, ...],
     nic_include: tuple[str, ...],
     nic_exclude: tuple[str, ...],
     publish_slices: bool,
     nic_netns: str | None,
 ) -> None:
     """Run the kubelet DRA plugin service (the DaemonSet's main process)."""
-    import os
-
     from ..service.logs import setup_logging
     from ..service.main import Service, ServiceOptions
 
+    policy = tenant_policy(policy_file, claim_configs, allow_types, allow_ipam_types)
     setup_logging(log_format, log_level)
-    allowed_types = set(allowed) | {t for t in os.environ.get("DRACNI_ALLOWED_TYPES", "").split(",") if t}
     opts = ServiceOptions(
         driver=driver,
         node=node_name,
@@ -85,7 +80,7 @@ def kubelet_plugin(
         registry_dir=registry_dir,
         plugins_dir=plugins_dir,
         health_address=health_address,
-        allowed_types=frozenset(allowed_types) or None,
+        policy=policy,
         nic_include=list(nic_include),
         nic_exclude=list(nic_exclude),
         publish_slices=publish_slices,

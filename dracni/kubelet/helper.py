@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..claims.prepare import PrepareOutcome, prepare_claims, unprepare_claims
 from ..claims.sticky import IpamClaimGetter
 from ..state.store import StateDir
+
+if TYPE_CHECKING:
+    from ..policy.binding import DeviceLookup
+    from ..policy.config import TenantPolicy
 
 
 class ClaimRef(NamedTuple):
@@ -50,16 +54,17 @@ class ClaimSource(Protocol):
 class KubeletPluginHelper:
     """Prepares and unprepares the claims kubelet names; see the module docstring.
 
-    ``node`` None (``dracni prepare`` without ``--node``) skips the node check; ``allowed_types``
-    None allows every delegate type; without ``ipamclaims`` an attachment naming an IPAMClaim
-    fails to prepare.
+    ``node`` None (``dracni prepare`` without ``--node``) skips the node check; ``policy`` is
+    the tenant policy (None: the safe defaults) and ``devices`` finds the NIC behind an
+    allocated device; without ``ipamclaims`` an attachment naming an IPAMClaim fails to prepare.
     """
 
     state: StateDir
     claims: ClaimSource
     driver: str
     node: str | None
-    allowed_types: frozenset[str] | None = None
+    policy: TenantPolicy | None = None
+    devices: DeviceLookup | None = None
     ipamclaims: IpamClaimGetter | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
@@ -82,7 +87,8 @@ class KubeletPluginHelper:
                     fetched,
                     driver=self.driver,
                     node=self.node,
-                    allowed_types=self.allowed_types,
+                    policy=self.policy,
+                    devices=self.devices,
                     ipamclaims=self.ipamclaims,
                     sources=origins,
                 )

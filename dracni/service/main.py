@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import defaults
+from ..policy.config import TenantPolicy
 from . import signals
 
 log = logging.getLogger("dracni.service")
@@ -35,7 +36,7 @@ class ServiceOptions:
     registry_dir: str = defaults.REGISTRY_DIR
     plugins_dir: str = defaults.PLUGINS_DIR
     health_address: str = defaults.HEALTH_ADDRESS
-    allowed_types: frozenset[str] | None = None
+    policy: TenantPolicy = field(default_factory=TenantPolicy)
     nic_include: list[str] = field(default_factory=list)
     nic_exclude: list[str] = field(default_factory=list)
     publish_slices: bool = True
@@ -47,6 +48,8 @@ class Service:
 
     def __init__(self, opts: ServiceOptions) -> None:
         from ..claims.api_source import ClaimCache
+        from ..inventory.lookup import NodeDevices
+        from ..inventory.nics import eligible
         from ..inventory.publisher import SlicePublisher
         from ..kube.api import KubeApi, load_api_client
         from ..kube.ipamclaims import IpamClaimWriter
@@ -67,7 +70,10 @@ class Service:
             claims=self.claims,
             driver=opts.driver,
             node=opts.node,
-            allowed_types=opts.allowed_types,
+            policy=opts.policy,
+            devices=NodeDevices(
+                netns=opts.netns, offered=lambda nic: eligible(nic, opts.nic_include or None, opts.nic_exclude or None)
+            ),
             ipamclaims=self.api.get_ipamclaim,
         )
         self.grpc = DRAPluginServer(
@@ -121,6 +127,7 @@ class Service:
         self.grpc.start()  # the DRA socket listens before the registration socket appears
         self._stops.append(lambda: self.grpc.stop(GRPC_GRACE_SECONDS))
         log.info("dracni kubelet plugin %s serving on node %s", self.opts.driver, self.opts.node)
+        log.info("tenant policy: %s", self.opts.policy.describe())
 
     def stop(self) -> None:
         """Stop what ``start()`` started, newest first (the gRPC servers: kubelet deregisters

@@ -60,6 +60,11 @@ class StateDir:
         self._lock: StateLock | None = None  # made on the first write: reads take no lock
 
     # -- paths ---------------------------------------------------------------------------
+    @property
+    def ipam_dir(self) -> str:
+        """Where the IPAM of claim configs keeps its files (dracni sets their ``dataDir``)."""
+        return os.path.join(self.root, "ipam")
+
     def _path(self, kind: str, stem: str) -> str:
         return os.path.join(self.root, kind, _safe_component(stem, kind[:-1]) + ".json")
 

@@ -64,7 +64,7 @@ def make_claim(fake: FakeApiServer, name: str, *, pool: str = NODE, allocate: bo
             {
                 "devices": {
                     "results": [{"request": "net", "driver": DRIVER, "pool": pool, "device": "eth1"}],
-                    "config": [{"source": "FromClaim", "requests": ["net"], "opaque": opaque}],
+                    "config": [{"source": "FromClass", "requests": ["net"], "opaque": opaque}],
                 }
             },
             [{"resource": "pods", "name": "demo", "uid": "pod-uid-1"}],

@@ -52,6 +52,8 @@ def test_cni_dra_driver_form() -> None:
     assert result == {
         "ifName": "net1",
         "config": CONFLIST,
+        "network": None,
+        "single": False,
         "runtimeConfig": {},
         "capabilities": {},
         "persistentIPs": False,
@@ -112,10 +114,6 @@ def test_result_shares_nothing_with_input() -> None:
     result["config"]["plugins"][0]["mode"] = "vepa"
     result["runtimeConfig"]["ips"].append("x")
     assert params == before
-
-
-def test_allowed_types_accepts_listed_types() -> None:
-    assert validate_parameters(attachment(), allowed_types=frozenset({"macvlan", "bridge"}))
 
 
 @pytest.mark.parametrize("version", ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"])
@@ -327,8 +325,23 @@ def test_kind_must_match_api_version(params: dict, expected: str) -> None:
     assert f'must be "{expected}"' in str(err)
 
 
-def test_missing_config() -> None:
-    params = attachment()
+def test_without_config_a_network_is_chosen() -> None:
+    params = attachment(network="macvlan-eth1")
+    del params["config"]
+    result = validate_parameters(params)
+    assert (result["config"], result["network"], result["single"]) == (None, "macvlan-eth1", False)
+    del params["network"]
+    assert validate_parameters(params)["network"] is None  # the class's last network
+
+
+def test_network_and_config_are_exclusive() -> None:
+    err = error_of(attachment(network="macvlan-eth1"))
+    assert err.field == "parameters.network"
+    assert "either network" in str(err)
+
+
+def test_cni_dra_driver_form_needs_config() -> None:
+    params = cni_form()
     del params["config"]
     assert error_of(params).field == "parameters.config"
 
@@ -349,23 +362,6 @@ def test_capability_not_a_boolean() -> None:
 def test_odd_keys_are_quoted_in_the_field() -> None:
     err = error_of(attachment(capabilities={"io.k8s/x": 1}))
     assert err.field == 'parameters.capabilities["io.k8s/x"]'
-
-
-def test_type_not_in_allowlist() -> None:
-    conflist = dict(CONFLIST, plugins=[MACVLAN, {"type": "tuning"}])
-    err = error_of(attachment(config=conflist), allowed_types=frozenset({"macvlan"}))
-    assert err.field == "parameters.config.plugins[1].type"
-    assert '"tuning" is not an allowed plugin type (allowed: macvlan)' in str(err)
-
-
-def test_single_plugin_type_not_in_allowlist() -> None:
-    err = error_of(attachment(config={"type": "bridge"}), allowed_types=frozenset({"macvlan", "ipvlan"}))
-    assert err.field == "parameters.config.type"
-    assert "ipvlan, macvlan" in str(err)
-
-
-def test_empty_allowlist_allows_nothing() -> None:
-    assert error_of(attachment(), allowed_types=frozenset()).field == "parameters.config.plugins[0].type"
 
 
 def test_deepest_error_wins() -> None:

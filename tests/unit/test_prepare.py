@@ -11,17 +11,25 @@ import pytest
 
 from dracni.claims.manifests import ManifestClaimSource
 from dracni.claims.prepare import PrepareOutcome, prepare_claims, unprepare_claims
+from dracni.policy.binding import DeviceFacts
+from dracni.policy.config import DEFAULT_PLUGIN_TYPES, TenantPolicy
 from dracni.specfiles import spec_path
 from dracni.state.store import StateDir
 
 DRIVER = "dracni.io"
+#: Claim configs allowed (the examples of spec/examples bring their own, one with bridge).
+OPEN = TenantPolicy(claim_configs="full", plugin_types=DEFAULT_PLUGIN_TYPES | {"bridge"})
+
+
+def NICS(pool: str, device: str) -> DeviceFacts | None:  # the inventory port of a node with eth0
+    return DeviceFacts("eth0", None, None) if device == "eth0" else None
 
 
 def make_claim(name: str, uid: str, pod_uid: str = "pod-1", pod_name: str = "demo", **params: Any) -> dict:
     parameters = {
         "apiVersion": "dracni.io/v1alpha1",
         "kind": "NetworkAttachment",
-        "config": {"type": "macvlan", "mode": "bridge"},
+        "config": {"type": "macvlan", "mode": "bridge", "master": "eth0"},
         **params,
     }
     return {
@@ -34,7 +42,7 @@ def make_claim(name: str, uid: str, pod_uid: str = "pod-1", pod_name: str = "dem
                     "results": [
                         {"request": "net", "driver": DRIVER, "pool": "node1", "device": "eth0", "shareID": "s1"}
                     ],
-                    "config": [{"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": parameters}}],
+                    "config": [{"source": "FromClass", "opaque": {"driver": DRIVER, "parameters": parameters}}],
                 }
             },
             "reservedFor": [{"resource": "pods", "name": pod_name, "uid": pod_uid}],
@@ -63,7 +71,10 @@ def test_prepare_stores_record_and_pod_index(state: StateDir) -> None:
     assert (record["kind"], record["schema"], record["namespace"], record["name"]) == ("PreparedClaim", 1, "ns1", "c1")
     assert record["source"] == "/m/c1.yaml"
     assert record["devices"][0]["ifName"] == "net1"
-    assert record["devices"][0]["config"] == {"name": "macvlan", "plugins": [{"type": "macvlan", "mode": "bridge"}]}
+    assert record["devices"][0]["config"] == {
+        "name": "macvlan",
+        "plugins": [{"type": "macvlan", "mode": "bridge", "master": "eth0"}],
+    }
     assert os.path.isfile(os.path.join(state.root, "claims", "uid-1.json"))
     assert state.pod_claim_uids("pod-1", None, None) == ["uid-1"]
     assert state.pod_claim_uids(None, "ns1", "demo") == ["uid-1"]
@@ -97,7 +108,9 @@ def test_bad_claim_does_not_stop_the_others(state: StateDir) -> None:
     assert list(outcomes) == ["uid-1", "uid-bad", "uid-un", "uid-2"]
     assert outcomes["uid-1"].error is None and outcomes["uid-2"].error is None
     assert outcomes["uid-bad"].devices == []
-    assert outcomes["uid-bad"].error.startswith("claim ns1/bad: request net: parameters.ifName: ")
+    assert outcomes["uid-bad"].error.startswith(
+        "claim ns1/bad: request net: the DeviceClass's config: parameters.ifName: "
+    )
     assert outcomes["uid-un"].error.startswith("claim ns1/unallocated: not allocated")
     assert [c["uid"] for c in state.list_claims()] == ["uid-1", "uid-2"]
     assert state.read_claim("uid-bad") is None
@@ -110,10 +123,25 @@ def test_claim_without_uid_is_keyed_by_name(state: StateDir) -> None:
     assert "metadata.uid is missing" in outcome.error
 
 
-def test_allowed_types_are_enforced(state: StateDir) -> None:
-    outcome = prepare(state, [make_claim("c1", "uid-1")], allowed_types=frozenset({"bridge"}))["uid-1"]
-    assert "parameters.config.type" in outcome.error
+def test_tenant_policy_is_enforced(state: StateDir) -> None:
+    claim = make_claim("c1", "uid-1")
+    claim["status"]["allocation"]["devices"]["config"][0]["source"] = "FromClaim"
+    outcome = prepare(state, [claim])["uid-1"]
+    assert "parameters.config: a claim config may not define its own network (rule claimConfigs" in outcome.error
+    outcome = prepare(state, [claim], policy=TenantPolicy(claim_configs="full", plugin_types=frozenset({"bridge"})))
+    assert "parameters.config.type" in outcome["uid-1"].error
     assert state.read_claim("uid-1") is None
+
+
+def test_claim_configs_get_the_managed_ipam_dir(state: StateDir) -> None:
+    claim = make_claim(
+        "c1", "uid-1", config={"type": "macvlan", "ipam": {"type": "host-local", "subnet": "10.1.0.0/24"}}
+    )
+    claim["status"]["allocation"]["devices"]["config"][0]["source"] = "FromClaim"
+    assert prepare(state, [claim], policy=OPEN, devices=NICS)["uid-1"].error is None
+    plugin = state.read_claim("uid-1")["devices"][0]["config"]["plugins"][0]
+    assert plugin["ipam"]["dataDir"] == os.path.join(state.root, "ipam") == state.ipam_dir
+    assert plugin["master"] == "eth0"
 
 
 def test_state_error_is_reported_per_claim(tmp_path: Path) -> None:
@@ -160,7 +188,7 @@ def test_prepare_example_manifests(state: StateDir) -> None:
     claims = [source.get("default", "macvlan-net1"), source.get("default", "bridge-net1")]
     uids = [c["metadata"]["uid"] for c in claims]
     sources = {uid: source.path_of("default", c["metadata"]["name"]) for uid, c in zip(uids, claims, strict=True)}
-    outcomes = prepare(state, claims, sources=sources)
-    assert all(o.error is None for o in outcomes.values())
+    outcomes = prepare(state, claims, sources=sources, policy=OPEN, devices=NICS)
+    assert all(o.error is None for o in outcomes.values()), outcomes
     assert sorted(state.pod_claim_uids("11111111-2222-3333-4444-555555555555", None, None)) == sorted(uids)
     assert state.read_claim(uids[0])["source"] == spec_path("examples", "macvlan-claim.yaml")

@@ -11,6 +11,8 @@ import pytest
 
 from dracni.claims.manifests import ManifestClaimSource
 from dracni.claims.resolve import ClaimError, config_applies, resolve_claim
+from dracni.policy.binding import DeviceFacts
+from dracni.policy.config import DEFAULT_PLUGIN_TYPES, TenantPolicy
 from dracni.specfiles import load_json_spec, spec_path
 
 DRIVER = "dracni.io"
@@ -65,7 +67,23 @@ def claim(
     }
 
 
+#: These tests are about the API's shapes and precedence, not the tenant policy
+#: (tests/unit/test_policy.py): claim configs are allowed, with the made-up types they use.
+OPEN = TenantPolicy(
+    claim_configs="full",
+    plugin_types=DEFAULT_PLUGIN_TYPES
+    | {"bridge", "from-claim", "from-class", "first", "second", "c1", "c2", "class", "other", "ours", "all", "only-b"}
+    | {"a", "b", "parent", "sub", "x", "fast", "base", "from-spec", "from-status"},
+)
+
+
+def nic_named_like_the_device(pool: str, device: str) -> DeviceFacts:
+    return DeviceFacts(device, None, None)
+
+
 def resolve(obj: dict, **kwargs: Any) -> dict:
+    kwargs.setdefault("policy", OPEN)
+    kwargs.setdefault("devices", nic_named_like_the_device)
     return resolve_claim(obj, driver=DRIVER, **kwargs)
 
 
@@ -102,7 +120,7 @@ def test_record_shape_matches_state_schema() -> None:
             "device": "eth0",
             "shareID": None,
             "ifName": None,
-            "config": {"name": "macvlan", "plugins": [{"type": "macvlan"}]},
+            "config": {"name": "macvlan", "plugins": [{"type": "macvlan", "master": "eth0"}]},
             "runtimeConfig": {},
             "capabilities": {},
             "persistentIPs": False,
@@ -170,7 +188,10 @@ def test_one_config_for_several_devices_without_ifname() -> None:
     record = resolve(claim(results, [config(params())]))
     assert [d["ifName"] for d in record["devices"]] == [None, None]
     first, second = record["devices"]
-    assert first["config"] == second["config"] and first["config"] is not second["config"]
+    assert first["config"] is not second["config"]
+    # one network, each device bound to its own NIC
+    assert [d["config"]["plugins"][0].pop("master") for d in (first, second)] == ["eth0", "eth1"]
+    assert first["config"] == second["config"]
 
 
 def test_cni_dra_driver_form() -> None:
@@ -195,10 +216,12 @@ def test_input_claim_is_not_modified() -> None:
 # -- config precedence ---------------------------------------------------------------------
 
 
-def test_class_config_applies_before_claim_config() -> None:
-    # listed claim-first, but the class config must be applied first, so the claim's wins
-    configs = [config(params("from-claim"), source="FromClaim"), config(params("from-class"), source="FromClass")]
-    assert device_types(resolve(claim(configs=configs))) == ["from-claim"]
+def test_claim_config_chooses_within_the_class_network() -> None:
+    # listed claim-first: the class defines the network, the claim's per-attachment fields apply
+    claim_part = {"apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachment", "ifName": "net7"}
+    configs = [config(claim_part, source="FromClaim"), config(params("from-class"), source="FromClass")]
+    device = resolve(claim(configs=configs))["devices"][0]
+    assert (device_types({"devices": [device]}), device["ifName"]) == (["from-class"], "net7")
 
 
 def test_later_claim_config_wins() -> None:
@@ -370,11 +393,9 @@ def test_only_the_winning_config_is_validated() -> None:
 
 
 def test_disallowed_type() -> None:
-    err = error_of(claim(), allowed_types=frozenset({"bridge"}))
+    err = error_of(claim(), policy=TenantPolicy(claim_configs="full", plugin_types=frozenset({"bridge"})))
     assert err.field == "parameters.config.type"
-    assert str(err).startswith(
-        'claim ns1/c1: request net: parameters.config.type: "macvlan" is not an allowed plugin type'
-    )
+    assert str(err).startswith('claim ns1/c1: request net: parameters.config.type: "macvlan" is not allowed')
 
 
 def test_ifname_clash_names_both_requests() -> None:
@@ -416,7 +437,7 @@ def test_claim_error_is_a_value_error() -> None:
 def test_examples_resolve(example: str, plugin: str) -> None:
     path = spec_path("examples", example)
     (obj,) = ManifestClaimSource(path).list()
-    record = resolve(obj, source=path, allowed_types=frozenset({"macvlan", "bridge"}))
+    record = resolve(obj, source=path)
     assert record["pods"] == [{"uid": "11111111-2222-3333-4444-555555555555", "name": "demo"}]
     (device,) = record["devices"]
     assert (device["pool"], device["device"], device["ifName"]) == ("node1", "eth0", "net1")

@@ -1,0 +1,39 @@
+"""Which NIC of this node an allocated device is: the device binding's view of the inventory.
+
+Device names are the ones ``slices.build_slices`` publishes (``unique_device_names`` over the
+offered NICs), so a device the scheduler allocated maps back to exactly one interface.  The
+node is looked at when a claim is prepared, not cached: interfaces come and go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..policy.binding import DeviceFacts
+from .nics import Nic, discover_nics
+from .slices import unique_device_names
+
+
+class NodeDevices:
+    """``lookup(pool, device)`` -> the NIC's facts, or None when this node has no such device.
+
+    ``offered`` picks the NICs the node publishes (the service's include/exclude rules); None
+    takes every interface but loopback (clusterless manifests name interfaces freely).
+    The pool is not compared: a node publishes one pool, and clusterless pools are free names.
+    """
+
+    def __init__(self, *, netns: str | None = None, offered: Callable[[Nic], bool] | None = None) -> None:
+        self.netns = netns
+        self.offered = offered
+
+    def __call__(self, pool: str, device: str) -> DeviceFacts | None:
+        try:
+            nics = discover_nics(netns=self.netns)
+        except OSError:
+            return None
+        chosen = [n for n in nics if (self.offered(n) if self.offered else not n.is_loopback)]
+        names = unique_device_names(n.name for n in chosen)
+        for nic in chosen:
+            if names[nic.name] == device:
+                return DeviceFacts(if_name=nic.name, pci_bus_id=nic.pci_address, mac=nic.mac or None)
+        return None

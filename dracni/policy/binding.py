@@ -1,0 +1,102 @@
+"""The allocated device binds the configuration: which NIC ``master``, ``device`` and
+``pciBusID`` name.
+
+The scheduler allocated one device (a NIC of this node) to the request; the configuration
+must use that NIC and no other.  Absent keys are filled in from the device, for every source
+(a DeviceClass config cannot know which NIC the scheduler picks); a claim config naming
+another NIC is refused, naming both.  The administrator's configs (FromClass) are trusted and
+keep what they name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from dracni.claims.params import DeviceParameters, ParameterError
+
+from .rules import refuse
+from .tenant import plugin_field
+
+#: Plugins that stack on a parent link named by ``master``.
+MASTER_TYPES = frozenset({"macvlan", "ipvlan", "vlan"})
+HOST_DEVICE = "host-device"
+
+
+class DeviceFacts(NamedTuple):
+    """What binding needs to know of the allocated device: the NIC behind it."""
+
+    if_name: str
+    pci_bus_id: str | None
+    mac: str | None
+
+
+#: Finds the NIC behind an allocated device (pool, device), None when this node has none.
+DeviceLookup = Callable[[str, str], "DeviceFacts | None"]
+
+
+def bind_to_device(
+    params: DeviceParameters,
+    *,
+    pool: str,
+    device: str,
+    shared: bool,
+    tenant: bool,
+    lookup: DeviceLookup | None,
+    where: str,
+) -> None:
+    """Fill in and check, in place, the keys of ``params``' plugins that name a NIC."""
+    config = params["config"]
+    assert config is not None
+    label = f"{pool}/{device}"
+    facts: list[DeviceFacts | None] = []  # looked up once, on first need
+
+    def nic(field: str) -> DeviceFacts:
+        if not facts:
+            facts.append(lookup(pool, device) if lookup is not None else None)
+        found = facts[0]
+        if found is None:
+            raise ParameterError(
+                field,
+                f"cannot tell which network interface the allocated device {label} is: this node has "
+                "no such device (is the device name one dracni published for this node?)",
+            )
+        return found
+
+    for index, plugin in enumerate(config["plugins"]):
+        field = plugin_field(where, index, params["single"])
+        kind = plugin["type"]
+        if kind in MASTER_TYPES:
+            if not plugin.get("master"):
+                plugin["master"] = nic(f"{field}.master").if_name
+            elif tenant:
+                _same(plugin["master"], nic(f"{field}.master").if_name, f"{field}.master", label)
+        elif kind == HOST_DEVICE:
+            if shared:
+                raise refuse(f"{field}.type", f"device {label} is shared (allocated with a shareID)", "exclusiveDevice")
+            if not any(plugin.get(k) for k in ("device", "pciBusID", "hwaddr", "kernelpath")):
+                plugin["device"] = nic(f"{field}.device").if_name
+            elif tenant:
+                for key, fact in (("device", 0), ("pciBusID", 1), ("hwaddr", 2)):
+                    if plugin.get(key):
+                        actual = nic(f"{field}.{key}")[fact]
+                        _same(
+                            _lower(plugin[key]) if key == "hwaddr" else plugin[key],
+                            _lower(actual) if key == "hwaddr" else actual,
+                            f"{field}.{key}",
+                            label,
+                        )
+    device_id = params["runtimeConfig"].get("deviceID")
+    if tenant and device_id is not None:
+        _same(device_id, nic(f"{where}.runtimeConfig.deviceID").pci_bus_id, f"{where}.runtimeConfig.deviceID", label)
+
+
+def _same(named: Any, actual: str | None, field: str, label: str) -> None:
+    """A claim naming a NIC must name the allocated one."""
+    if named != actual:
+        shown = f"{actual!r}" if actual else "unknown"
+        raise refuse(field, f"{named!r} is not the allocated device {label} ({shown})", "deviceBinding")
+
+
+def _lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value

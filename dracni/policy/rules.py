@@ -1,0 +1,41 @@
+"""The named rules of the tenant policy, and the refusal that names them.
+
+Every refusal says which field broke which rule and what to do instead, so a tenant reading
+the pod's events (or ``dracni validate``) can fix the claim, and an administrator can tell a
+policy refusal from a bug.  docs/security.md lists the same rules.
+"""
+
+from __future__ import annotations
+
+from dracni.claims.params import ParameterError
+
+#: rule name -> what it protects (appended to every refusal).
+RULES = {
+    "claimConfigs": "under the profiles policy a claim chooses one of its DeviceClass's networks by name "
+    "and sets only ifName, runtimeConfig.mac/ips, persistentIPs and ipamClaim; the administrator "
+    "allows whole claim configs with claimConfigs: full",
+    "classPrecedence": "the DeviceClass defines the network of this request (a config with source "
+    "FromClass); a claim may choose one of its networks with parameters.network and set "
+    "per-attachment fields, never replace it",
+    "pluginTypes": "claim configs may run only the plugin types the administrator allows "
+    "(pluginTypes in the policy, --allow-type)",
+    "ipamTypes": "claim configs may run only the IPAM types the administrator allows "
+    "(ipamTypes in the policy, --allow-ipam-type)",
+    "noSelfDelegate": "dracni is never a delegate of itself: it would plan the same claim again, "
+    "without end, and write files its config names",
+    "ipamIsNotMain": "a main plugin is never an IPAM plugin: run as IPAM it calls itself, without end",
+    "nodePaths": "a claim config may not name files, directories or sockets of the node; "
+    "dracni gives IPAM its own data directory",
+    "runtimeKeys": "a claim may set only the runtime values that stay inside the pod (mac, ips, "
+    "bandwidth, ipRanges, deviceID of its own device); portMappings needs portmap in pluginTypes",
+    "deviceBinding": "a claim's interface is made from the device allocated to it; dracni fills in "
+    "master, device and pciBusID from that device, leave them out",
+    "exclusiveDevice": "host-device moves the whole NIC into the pod: only a device allocated to "
+    "one claim (no shareID) can be moved",
+    "networkRanges": "addresses a claim picks must lie within the address ranges of the network's IPAM",
+}
+
+
+def refuse(field: str, what: str, rule: str) -> ParameterError:
+    """The error for ``field`` breaking ``rule``: ``<field>: <what> (rule <rule>: <why>)``."""
+    return ParameterError(field, f"{what} (rule {rule}: {RULES[rule]})")

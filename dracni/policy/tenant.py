@@ -1,0 +1,217 @@
+"""What a claim's own configuration may contain (tenant input), and what no config may contain.
+
+Applied after the parameters' shape is checked (``claims.params``) and before anything runs:
+by the service's prepare, ``dracni prepare`` and ``dracni validate`` alike.  Device-dependent
+rules (which NIC ``master`` may name) are ``policy.binding``'s; they need the allocation.
+"""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from dracni.claims.params import DeviceParameters, ParameterError
+
+from .config import FULL, MAIN_PLUGIN_TYPES, SELF_TYPE, TenantPolicy
+from .rules import refuse
+
+#: Keys that name a path or socket of the node, wherever they appear in a plugin config.
+NODE_PATH_KEYS = frozenset(
+    {
+        "logFile", "logfile", "stateDir", "dataDir", "dataDirectory", "daemonSocketPath", "socketPath",
+        "kubeconfig", "binDir", "confDir", "cniDir", "kernelpath", "pidfile", "resolvConf",
+    }
+)  # fmt: skip
+#: Keys the runtime or dracni sets; in a claim's plugin config they would bypass the checks.
+RUNTIME_SET_KEYS = frozenset({"runtimeConfig", "prevResult", "delegate", "delegates", "linkInContainer"})
+#: runtimeConfig keys a full claim config may set (portMappings only with portmap allowed).
+CLAIM_RUNTIME_KEYS = frozenset({"mac", "ips", "bandwidth", "ipRanges", "deviceID"})
+#: runtimeConfig keys a profile claim (a network chosen by name) may set.
+PROFILE_RUNTIME_KEYS = frozenset({"mac", "ips"})
+PORT_MAPPINGS = "portMappings"
+MANAGED_DATA_DIR_TYPES = frozenset({"host-local"})
+
+
+def plugin_field(where: str, index: int, single: bool) -> str:
+    """The field path of plugin ``index`` as the user wrote it (a single plugin has no list)."""
+    return f"{where}.config" if single else f"{where}.config.plugins[{index}]"
+
+
+# -- every source ------------------------------------------------------------------------------
+
+
+def check_any_source(params: DeviceParameters, where: str) -> None:
+    """Rules no config breaks, the administrator's included: no dracni, no main plugin as IPAM."""
+    config = params["config"]
+    assert config is not None
+    for index, plugin in enumerate(config["plugins"]):
+        field = plugin_field(where, index, params["single"])
+        if plugin["type"] == SELF_TYPE:
+            raise refuse(f"{field}.type", f'"{SELF_TYPE}" cannot be a delegate', "noSelfDelegate")
+        ipam_type = _ipam_type(plugin)
+        if ipam_type == SELF_TYPE:
+            raise refuse(f"{field}.ipam.type", f'"{SELF_TYPE}" cannot be a delegate', "noSelfDelegate")
+        if ipam_type in MAIN_PLUGIN_TYPES:
+            raise refuse(f"{field}.ipam.type", f'"{ipam_type}" is a main plugin', "ipamIsNotMain")
+
+
+# -- full claim configs --------------------------------------------------------------------------
+
+
+def check_claim_config(params: DeviceParameters, policy: TenantPolicy, where: str) -> None:
+    """A whole CNI configuration written by a tenant: allowed only as the policy says."""
+    config = params["config"]
+    assert config is not None
+    if policy.claim_configs != FULL:
+        raise refuse(f"{where}.config", "a claim config may not define its own network", "claimConfigs")
+    check_any_source(params, where)
+    for index, plugin in enumerate(config["plugins"]):
+        field = plugin_field(where, index, params["single"])
+        if plugin["type"] not in policy.plugin_types:
+            allowed = ", ".join(sorted(policy.plugin_types))
+            raise refuse(f"{field}.type", f"{_show(plugin['type'])} is not allowed (allowed: {allowed})", "pluginTypes")
+        ipam_type = _ipam_type(plugin)
+        if ipam_type is not None and ipam_type not in policy.ipam_types:
+            allowed = ", ".join(sorted(policy.ipam_types))
+            raise refuse(f"{field}.ipam.type", f"{_show(ipam_type)} is not allowed (allowed: {allowed})", "ipamTypes")
+        for path, key in _keys(plugin, field):
+            if key in NODE_PATH_KEYS:
+                raise refuse(f"{path}.{key}", "refused in a claim config", "nodePaths")
+            if key in RUNTIME_SET_KEYS:
+                raise refuse(f"{path}.{key}", "refused in a claim config: the runtime or dracni sets it", "runtimeKeys")
+        if plugin.get("capabilities", {}).get(PORT_MAPPINGS) and not policy.port_mappings:
+            raise refuse(f"{field}.capabilities.{PORT_MAPPINGS}", "reaches the node's ports", "runtimeKeys")
+    allowed_runtime = CLAIM_RUNTIME_KEYS | ({PORT_MAPPINGS} if policy.port_mappings else set())
+    _check_runtime_keys(params, allowed_runtime, where)
+    if params["capabilities"].get(PORT_MAPPINGS) and not policy.port_mappings:
+        raise refuse(f"{where}.capabilities.{PORT_MAPPINGS}", "reaches the node's ports", "runtimeKeys")
+
+
+def manage_ipam_data(config: dict[str, Any], data_dir: str) -> None:
+    """Point the IPAM plugins that keep files at dracni's own directory (claim configs only)."""
+    for plugin in config["plugins"]:
+        ipam = plugin.get("ipam")
+        if isinstance(ipam, dict) and ipam.get("type") in MANAGED_DATA_DIR_TYPES:
+            ipam["dataDir"] = data_dir
+
+
+# -- profiles: a network chosen by name ---------------------------------------------------------------
+
+
+def check_profile_knobs(params: DeviceParameters, where: str) -> None:
+    """A claim that chooses a network may set only per-attachment fields."""
+    _check_runtime_keys(params, PROFILE_RUNTIME_KEYS, where)
+    if params["capabilities"]:
+        raise refuse(f"{where}.capabilities", "a claim choosing a network cannot enable capabilities", "claimConfigs")
+
+
+def apply_profile(network: DeviceParameters, knobs: DeviceParameters, where: str) -> DeviceParameters:
+    """The class's ``network`` with the claim's per-attachment fields laid over it."""
+    check_profile_knobs(knobs, where)
+    config = network["config"]
+    assert config is not None
+    for key, value in knobs["runtimeConfig"].items():
+        if not _declares(network, key):
+            raise refuse(
+                f"{where}.runtimeConfig.{key}",
+                f'network "{config["name"]}" takes no {key} from claims (none of its plugins declares the '
+                f"{key} capability)",
+                "claimConfigs",
+            )
+        if key == "ips":
+            _check_in_ranges(value, network, f"{where}.runtimeConfig.ips")
+    merged: DeviceParameters = {
+        **copy.deepcopy(network),
+        "runtimeConfig": {**copy.deepcopy(network["runtimeConfig"]), **copy.deepcopy(knobs["runtimeConfig"])},
+    }
+    if knobs["ifName"] is not None:
+        merged["ifName"] = knobs["ifName"]
+    if knobs["persistentIPs"]:
+        merged["persistentIPs"] = True
+    if knobs["ipamClaim"] is not None:
+        merged["ipamClaim"] = knobs["ipamClaim"]
+    return merged
+
+
+def network_subnets(network: DeviceParameters) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """The address ranges the network's IPAM configs name (host-local, static, whereabouts)."""
+    subnets = []
+    for plugin in (network["config"] or {}).get("plugins", []):
+        ipam = plugin.get("ipam")
+        if not isinstance(ipam, dict):
+            continue
+        texts = [ipam.get("subnet"), ipam.get("range")]
+        for range_set in ipam.get("ranges") or []:
+            texts += [r.get("subnet") for r in range_set if isinstance(r, dict)] if isinstance(range_set, list) else []
+        texts += [a.get("address") for a in ipam.get("addresses") or [] if isinstance(a, dict)]
+        for text in texts:
+            if isinstance(text, str):
+                try:
+                    subnets.append(ipaddress.ip_interface(text).network)
+                except ValueError:
+                    continue
+    return subnets
+
+
+def _check_in_ranges(ips: Any, network: DeviceParameters, field: str) -> None:
+    name = (network["config"] or {}).get("name")
+    if not isinstance(ips, list) or not ips:
+        raise ParameterError(field, 'must be a list of addresses in CIDR form, e.g. ["10.10.1.5/24"]')
+    subnets = network_subnets(network)
+    if not subnets:
+        raise refuse(field, f'network "{name}" defines no address ranges a claim could choose from', "networkRanges")
+    for index, text in enumerate(ips):
+        try:
+            address = ipaddress.ip_interface(text) if isinstance(text, str) else None
+        except ValueError:
+            address = None
+        if address is None:
+            raise ParameterError(f"{field}[{index}]", f"{_show(text)} is not an address in CIDR form")
+        if not any(address.ip in subnet and address.network == subnet for subnet in subnets):
+            ranges = ", ".join(str(s) for s in subnets)
+            raise refuse(f"{field}[{index}]", f'{_show(text)} is outside network "{name}" ({ranges})', "networkRanges")
+
+
+# -- helpers -----------------------------------------------------------------------------------------------
+
+
+def _check_runtime_keys(params: DeviceParameters, allowed: frozenset[str] | set[str], where: str) -> None:
+    for key in params["runtimeConfig"]:
+        if key not in allowed:
+            listed = ", ".join(sorted(allowed))
+            raise refuse(
+                f"{where}.runtimeConfig.{key}", f"not a value claims may set (allowed: {listed})", "runtimeKeys"
+            )
+
+
+def _declares(network: DeviceParameters, key: str) -> bool:
+    if network["capabilities"].get(key):
+        return True
+    plugins = (network["config"] or {}).get("plugins", [])
+    return any(isinstance(p.get("capabilities"), dict) and p["capabilities"].get(key) for p in plugins)
+
+
+def _ipam_type(plugin: dict[str, Any]) -> str | None:
+    ipam = plugin.get("ipam")
+    value = ipam.get("type") if isinstance(ipam, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def _keys(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """Every (parent path, key) of the nested objects in ``value``; iterative, any depth."""
+    stack = [(value, path)]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, dict):
+            for key, child in node.items():
+                yield where, key
+                stack.append((child, f"{where}.{key}"))
+        elif isinstance(node, list):
+            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(node))
+
+
+def _show(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)[:80]

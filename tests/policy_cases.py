@@ -1,0 +1,252 @@
+"""Claim parameters a tenant might write, and what the tenant policy answers: one table for the
+node-side engine (tests/unit/test_policy.py) and the admission policy's CEL
+(tests/unit/test_admission_cel.py), so the two cannot drift apart.
+
+Every case is a claim's own config (``source: FromClaim``) for request ``net``, allocated the
+device ``eth1`` of a node that also has ``uplink0``.  Under ``mode="profiles"`` the DeviceClass
+defines the network ``macvlan-eth1`` (CLASS_NETWORK: macvlan, host-local 10.10.1.0/24,
+capabilities mac and ips); under ``mode="full"`` it defines none (where it does, a claim's own
+network is refused: rule classPrecedence, tested on its own).
+``refused`` is ``(field, rule)`` or None; ``node_only`` marks what CEL cannot see (the
+allocated device, the class's networks, keys nested deeper than a plugin's ipam): the
+admission policy admits those and the node refuses them at prepare time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DRACNI = "dracni.io/v1alpha1"
+CNI_DRA = "cni.networking.x-k8s.io/v1alpha1"
+
+CLASS_NETWORK = {
+    "apiVersion": DRACNI,
+    "kind": "NetworkAttachment",
+    "config": {
+        "cniVersion": "1.0.0",
+        "name": "macvlan-eth1",
+        "plugins": [
+            {
+                "type": "macvlan",
+                "mode": "bridge",
+                "capabilities": {"mac": True, "ips": True},
+                "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.10.1.0/24"}]]},
+            }
+        ],
+    },
+}
+
+HOST_LOCAL = {"type": "host-local", "ranges": [[{"subnet": "10.20.0.0/24"}]]}
+
+
+@dataclass(frozen=True)
+class PolicyCase:
+    id: str
+    params: dict[str, Any]
+    refused: tuple[str, str] | None = None  # (field, rule name or "schema")
+    mode: str = "profiles"  # the policy's claimConfigs
+    node_only: bool = False
+    extra_types: tuple[str, ...] = field(default=())  # pluginTypes the administrator added
+
+
+def attach(**fields: Any) -> dict[str, Any]:
+    return {"apiVersion": DRACNI, "kind": "NetworkAttachment", **fields}
+
+
+def plugin(kind: str, **fields: Any) -> dict[str, Any]:
+    return {"cniVersion": "1.0.0", "name": "own", "type": kind, **fields}
+
+
+CASES = [
+    # -- profiles (the default): a network of the class, chosen by name ---------------------
+    PolicyCase("profile-class-default", attach(ifName="net1")),
+    PolicyCase("profile-by-name", attach(network="macvlan-eth1", ifName="net1")),
+    PolicyCase(
+        "profile-mac-and-ips",
+        attach(network="macvlan-eth1", runtimeConfig={"mac": "02:00:00:00:00:01", "ips": ["10.10.1.5/24"]}),
+    ),
+    PolicyCase("profile-sticky", attach(persistentIPs=True, ipamClaim="net-ips")),
+    PolicyCase(
+        "profile-ips-outside-ranges",
+        attach(runtimeConfig={"ips": ["192.168.7.5/24"]}),
+        ("parameters.runtimeConfig.ips[0]", "networkRanges"),
+        node_only=True,
+    ),
+    PolicyCase(
+        "profile-unknown-network",
+        attach(network="storage"),
+        ("parameters.network", "schema"),
+        node_only=True,
+    ),
+    PolicyCase(
+        "profile-port-mappings",
+        attach(runtimeConfig={"portMappings": [{"hostPort": 10250, "containerPort": 80, "protocol": "tcp"}]}),
+        ("parameters.runtimeConfig.portMappings", "runtimeKeys"),
+    ),
+    PolicyCase(
+        "profile-capabilities",
+        attach(capabilities={"portMappings": True}),
+        ("parameters.capabilities", "claimConfigs"),
+    ),
+    PolicyCase(
+        "profile-own-config",
+        attach(config=plugin("macvlan", ipam=HOST_LOCAL)),
+        ("parameters.config", "claimConfigs"),
+    ),
+    PolicyCase(
+        "profile-cni-dra-form",
+        {
+            "apiVersion": CNI_DRA,
+            "kind": "CNI",
+            "ifName": "net1",
+            "config": {"name": "x", "plugins": [{"type": "macvlan"}]},
+        },
+        ("parameters.config", "claimConfigs"),
+    ),
+    PolicyCase(
+        "network-and-config",
+        attach(network="macvlan-eth1", config=plugin("macvlan")),
+        ("parameters.network", "schema"),
+    ),
+    PolicyCase("bad-network-name", attach(network="no spaces"), ("parameters.network", "schema")),
+    PolicyCase("bad-ifname", attach(ifName="net/1"), ("parameters.ifName", "schema")),
+    PolicyCase("long-ifname", attach(ifName="a-very-long-name0"), ("parameters.ifName", "schema")),
+    PolicyCase("unknown-field", attach(ifname="net1"), ("parameters.ifname", "schema")),
+    PolicyCase(
+        "bad-api-version", {"apiVersion": "v1", "kind": "NetworkAttachment"}, ("parameters.apiVersion", "schema")
+    ),
+    # -- full claim configs, opted into by the administrator --------------------------------
+    PolicyCase(
+        "full-macvlan", attach(ifName="net1", config=plugin("macvlan", mode="bridge", ipam=HOST_LOCAL)), mode="full"
+    ),
+    PolicyCase(
+        "full-conflist-with-tuning",
+        attach(
+            config={
+                "cniVersion": "1.0.0",
+                "name": "own",
+                "plugins": [{"type": "ipvlan", "ipam": {"type": "static"}}, {"type": "tuning", "mtu": 1400}],
+            },
+            runtimeConfig={"ips": ["10.30.0.2/24"]},
+        ),
+        mode="full",
+    ),
+    PolicyCase(
+        "full-nested-dracni",
+        attach(config=plugin("dracni", logFile="/tmp/victim", stateDir="/etc/hostname/\nssh-rsa AAAA x\n")),
+        ("parameters.config.type", "noSelfDelegate"),
+        mode="full",
+    ),
+    PolicyCase(
+        "full-ipam-dracni",
+        attach(config=plugin("macvlan", ipam={"type": "dracni", "logFile": "/tmp/victim"})),
+        ("parameters.config.ipam.type", "noSelfDelegate"),
+        mode="full",
+    ),
+    PolicyCase(
+        "full-main-plugin-as-ipam",
+        attach(config=plugin("host-device", ipam={"type": "host-device"})),
+        ("parameters.config.ipam.type", "ipamIsNotMain"),
+        mode="full",
+    ),
+    PolicyCase(
+        "full-portmap",
+        attach(
+            config={
+                "cniVersion": "1.0.0",
+                "name": "own",
+                "plugins": [
+                    {"type": "macvlan", "ipam": HOST_LOCAL},
+                    {"type": "portmap", "capabilities": {"portMappings": True}},
+                ],
+            },
+            runtimeConfig={"portMappings": [{"hostPort": 10250, "containerPort": 80, "protocol": "tcp"}]},
+        ),
+        ("parameters.config.plugins[1].type", "pluginTypes"),
+        mode="full",
+    ),
+    PolicyCase(
+        "full-bridge",
+        attach(config=plugin("bridge", bridge="cni0", ipam=HOST_LOCAL)),
+        ("parameters.config.type", "pluginTypes"),
+        mode="full",
+    ),
+    PolicyCase(
+        "full-ipam-not-allowed",
+        attach(config=plugin("macvlan", ipam={"type": "whereabouts", "range": "10.40.0.0/24"})),
+        ("parameters.config.ipam.type", "ipamTypes"),
+        mode="full",
+    ),
+    PolicyCase(
+        "full-host-local-data-dir",
+        attach(config=plugin("macvlan", ipam={**HOST_LOCAL, "dataDir": "/etc/evil"})),
+        ("parameters.config.ipam.dataDir", "nodePaths"),
+        mode="full",
+    ),
+    PolicyCase(
+        "full-log-file",
+        attach(config=plugin("macvlan", logFile="/root/.ssh/authorized_keys", ipam=HOST_LOCAL)),
+        ("parameters.config.logFile", "nodePaths"),
+        mode="full",
+    ),
+    PolicyCase(
+        "full-deep-path",
+        attach(
+            config=plugin("macvlan", ipam={**HOST_LOCAL, "extra": {"socketPath": "/run/containerd/containerd.sock"}})
+        ),
+        ("parameters.config.ipam.extra.socketPath", "nodePaths"),
+        mode="full",
+        node_only=True,
+    ),
+    PolicyCase(
+        "full-runtime-config-in-plugin",
+        attach(config=plugin("macvlan", runtimeConfig={"portMappings": []}, ipam=HOST_LOCAL)),
+        ("parameters.config.runtimeConfig", "runtimeKeys"),
+        mode="full",
+    ),
+    PolicyCase(
+        "full-port-mappings",
+        attach(
+            config=plugin("macvlan", ipam=HOST_LOCAL),
+            runtimeConfig={"portMappings": [{"hostPort": 10250, "containerPort": 80, "protocol": "tcp"}]},
+        ),
+        ("parameters.runtimeConfig.portMappings", "runtimeKeys"),
+        mode="full",
+    ),
+    PolicyCase(
+        "full-port-mappings-with-portmap-allowed",
+        attach(
+            config={
+                "cniVersion": "1.0.0",
+                "name": "own",
+                "plugins": [
+                    {"type": "macvlan", "ipam": HOST_LOCAL},
+                    {"type": "portmap", "capabilities": {"portMappings": True}},
+                ],
+            },
+            runtimeConfig={"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]},
+        ),
+        mode="full",
+        extra_types=("portmap",),
+    ),
+    PolicyCase(
+        "full-master-other-nic",
+        attach(config=plugin("macvlan", master="uplink0", ipam=HOST_LOCAL)),
+        ("parameters.config.master", "deviceBinding"),
+        mode="full",
+        node_only=True,
+    ),
+    PolicyCase(
+        "full-host-device-other-nic",
+        attach(config=plugin("host-device", device="uplink0", ipam=HOST_LOCAL)),
+        ("parameters.config.device", "deviceBinding"),
+        mode="full",
+        node_only=True,
+    ),
+    PolicyCase(
+        "full-master-allocated-nic",
+        attach(config=plugin("macvlan", master="eth1", ipam=HOST_LOCAL)),
+        mode="full",
+    ),
+]
