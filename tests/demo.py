@@ -1,8 +1,9 @@
 """``make demo``: dracni end to end without a cluster.
 
 A "host" network namespace stands in for the node (its NIC ``eth1`` is a veth), a "pod"
-namespace for the pod sandbox.  A ResourceClaim manifest asks for a macvlan interface on
-``eth1``; ``dracni prepare`` records it in the state dir; cnitool (the runtime) runs the node's
+namespace for the pod sandbox.  The administrator's DeviceClass defines a macvlan network; a
+ResourceClaim of that class, allocated ``eth1``, asks for it as ``net1`` (the default tenant
+policy: the claim chooses, the class defines); ``dracni prepare`` records it in the state dir; cnitool (the runtime) runs the node's
 conflist — ptp for the primary interface, then dracni — so the pod gets ``eth0`` and ``net1``;
 ``dracni publish-status`` writes the claim's would-be ``status.devices``.  Then DEL, unprepare,
 and a check that nothing is left behind.
@@ -20,18 +21,21 @@ POD_UID = str(uuid.uuid4())
 
 
 def demo_claim(lab: Lab) -> dict:
+    # The DeviceClass's network (administrator): no master, the allocated device fills it in.
     plugin = {
         "type": "macvlan",
-        "master": "eth1",
         "mode": "bridge",
         "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.10.1.0/24"}]], "dataDir": str(lab.ipam_dir)},
     }
-    params = attachment_params([plugin], name="macvlan-eth1", if_name="net1")
+    network = attachment_params([plugin], name="macvlan")
+    # The claim's own config (tenant): which network interface name it wants, nothing more.
+    choice = {"apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachment", "ifName": "net1"}
     return claim_manifest(
         "demo-macvlan",
         pod_uid=POD_UID,
         pod_name="demo",
-        devices=[{"request": "macvlan", "pool": "demo-node", "device": "eth1", "params": params}],
+        devices=[{"request": "macvlan", "pool": "demo-node", "device": "eth1", "params": choice, "class": network}],
+        source="FromClaim",
     )
 
 
@@ -52,12 +56,12 @@ def main() -> int:
         step("node network: ptp (primary) chained with dracni")
         print(json.dumps(lab.write_conflist(), indent=2))
 
-        step("a ResourceClaim asking for macvlan on eth1, allocated and reserved for pod 'demo'")
+        step("a ResourceClaim of the class's macvlan network, allocated eth1 and reserved for pod 'demo'")
         manifest = write_manifest(lab.claims_dir, demo_claim(lab))
         print(manifest.read_text())
 
         step("dracni prepare (what NodePrepareResources does on a node)")
-        show(lab.dracni("prepare", str(lab.claims_dir), state))
+        show(lab.dracni("prepare", str(lab.claims_dir), state, f"--nic-netns={lab.host.path}"))
 
         step("runtime: cnitool add podnet <pod netns>")
         pod = lab.pod("dracni-demo-pod")

@@ -175,11 +175,18 @@ class Lab:
             )
         return proc
 
-    def prepare(self, *claims: dict) -> subprocess.CompletedProcess:
-        """Write the claims' manifests and prepare them with the frozen CLI (kubelet's role)."""
+    def prepare(self, *claims: dict, args: tuple[str, ...] = (), check: bool = True) -> subprocess.CompletedProcess:
+        """Write the claims' manifests and prepare them with the frozen CLI (kubelet's role).
+
+        Allocated devices are the host netns's NICs (``--nic-netns``); ``args`` adds options
+        (the tenant policy's, e.g. ``--claim-configs=full``).
+        """
         for claim in claims:
             write_manifest(self.claims_dir, claim)
-        return self.dracni("prepare", str(self.claims_dir), f"--state-dir={self.state_dir}")
+        return self.dracni(
+            "prepare", str(self.claims_dir), f"--state-dir={self.state_dir}", f"--nic-netns={self.host.path}", *args,
+            check=check,
+        )  # fmt: skip
 
     def plugin(
         self, command: str, conf: dict, *, container_id: str = "", netns: str = "", ifname: str = "", cni_args: str = ""
@@ -239,29 +246,39 @@ def claim_manifest(
     namespace: str = "default",
     uid: str | None = None,
     driver: str = "dracni.io",
+    source: str = "FromClass",
 ) -> dict:
     """An allocated ResourceClaim reserved for one pod.
 
-    ``devices``: ``[{"request", "pool", "device", "params"}]``, each with its own opaque config.
+    ``devices``: ``[{"request", "pool", "device", "params"}]``, each with its own opaque config,
+    and optionally ``"class"``: the DeviceClass's network for that request.  ``source`` says
+    whose ``params`` are: ``FromClass`` (the default: the administrator's network, as the API
+    server copies a DeviceClass config into the allocation) or ``FromClaim`` (the tenant's, in
+    the claim's spec too).
     """
     import copy
 
-    requests, results, config = [], [], []
+    requests, results, config, spec_config = [], [], [], []
     for d in devices:
         requests.append({"name": d["request"], "exactly": {"deviceClassName": driver}})
         results.append({"request": d["request"], "driver": driver, "pool": d["pool"], "device": d["device"]})
-        config.append(
-            {
-                "source": "FromClaim",
-                "requests": [d["request"]],
-                "opaque": {"driver": driver, "parameters": copy.deepcopy(d["params"])},
-            }
-        )
+        if "class" in d:
+            config.append(
+                {
+                    "source": "FromClass",
+                    "requests": [d["request"]],
+                    "opaque": {"driver": driver, "parameters": copy.deepcopy(d["class"])},
+                }
+            )
+        entry = {"requests": [d["request"]], "opaque": {"driver": driver, "parameters": copy.deepcopy(d["params"])}}
+        config.append({"source": source, **entry})
+        if source == "FromClaim":
+            spec_config.append(copy.deepcopy(entry))
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": namespace, "uid": uid or str(uuid.uuid4())},
-        "spec": {"devices": {"requests": requests, "config": copy.deepcopy(config)}},
+        "spec": {"devices": {"requests": requests, "config": spec_config}},
         "status": {
             "allocation": {"devices": {"results": results, "config": config}},
             "reservedFor": [{"resource": "pods", "name": pod_name, "uid": pod_uid}],

@@ -179,9 +179,15 @@ def create_allocated_claim(
     namespace: str = "default",
     pod_name: str = "demo",
     annotations: dict | None = None,
+    source: str = "FromClass",
 ) -> dict:
-    """A claim as a user writes it, then allocated and reserved as the scheduler does."""
+    """A claim as a user writes it, then allocated and reserved as the scheduler does.
+
+    ``params`` are the DeviceClass's network (``FromClass``: the allocation carries the class's
+    config, the claim none) or the claim's own config (``FromClaim``).
+    """
     opaque = {"driver": DRIVER, "parameters": params}
+    spec_config = [{"requests": ["net"], "opaque": opaque}] if source == "FromClaim" else []
     api.create_claim(
         {
             "apiVersion": "resource.k8s.io/v1",
@@ -190,7 +196,7 @@ def create_allocated_claim(
             "spec": {
                 "devices": {
                     "requests": [{"name": "net", "exactly": {"deviceClassName": DRIVER}}],
-                    "config": [{"requests": ["net"], "opaque": opaque}],
+                    "config": spec_config,
                 }
             },
         }
@@ -198,7 +204,7 @@ def create_allocated_claim(
     allocation = {
         "devices": {
             "results": [{"request": "net", "driver": DRIVER, "pool": NODE, "device": device}],
-            "config": [{"source": "FromClaim", "requests": ["net"], "opaque": opaque}],
+            "config": [{"source": source, "requests": ["net"], "opaque": opaque}],
         },
         "nodeSelector": {
             "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}]

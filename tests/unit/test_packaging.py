@@ -562,30 +562,44 @@ def published_attribute_names() -> set[str]:
     return {k.split("/", 1)[1] for k in attributes if k.startswith(DRIVER + "/")}
 
 
-def test_example_templates_carry_valid_parameters():
-    from dracni.claims.params import validate_parameters
+def example_classes() -> dict[str, dict]:
+    """The example networks: DeviceClasses by name."""
+    return {c["metadata"]["name"]: c for _, c in example_objects("DeviceClass")}
 
-    templates = example_objects("ResourceClaimTemplate")
+
+def test_example_templates_pass_the_default_tenant_policy():
+    """Under the safe defaults (profiles): the classes are the networks, the templates choose one."""
+    from dracni.policy.config import TenantPolicy
+    from dracni.policy.offline import check_found, class_networks, configs_in
+
+    classes = example_classes()
     types = set()
-    for path, template in templates:
-        devices = template["spec"]["spec"]["devices"]
-        requests = {r["name"] for r in devices["requests"]}
-        configs = [c for c in devices["config"] if c["opaque"]["driver"] == DRIVER]
-        assert configs, f"{path.name}: no dracni parameters"
-        for config in configs:
-            assert set(config["requests"]) <= requests, f"{path.name}: config names an unknown request"
-            attachment = validate_parameters(config["opaque"]["parameters"])
-            types.update(p["type"] for p in attachment["config"]["plugins"])
+    for name, device_class in classes.items():
+        (found,) = configs_in(device_class, DRIVER, name)
+        check_found(found, TenantPolicy(), {})
+        types.add(found.parameters["config"]["plugins"][0]["type"])
     assert {"macvlan", "ipvlan", "host-device"} <= types
+    for path, template in example_objects("ResourceClaimTemplate"):
+        devices = template["spec"]["spec"]["devices"]
+        requests = {r["name"]: r for r in devices["requests"]}
+        configs = list(configs_in(template, DRIVER, path.name))
+        assert configs, f"{path.name}: no dracni parameters"
+        for config, entry in zip(configs, devices["config"], strict=True):
+            assert set(entry["requests"]) <= set(requests), f"{path.name}: config names an unknown request"
+            (request,) = (requests[r] for r in entry["requests"])
+            device_class = classes[request["exactly"]["deviceClassName"]]
+            networks = class_networks(list(configs_in(device_class, DRIVER, path.name)))
+            assert config.parameters.get("config") is None, f"{path.name}: a template chooses, it does not define"
+            check_found(config, TenantPolicy(), networks)
 
 
 def test_example_selectors_use_published_attributes():
-    device_class = deploy_objects()["DeviceClass"]["metadata"]["name"]
+    classes = {deploy_objects()["DeviceClass"]["metadata"]["name"], *example_classes()}
     published = published_attribute_names()
     for path, template in example_objects("ResourceClaimTemplate"):
         for request in template["spec"]["spec"]["devices"]["requests"]:
             exactly = request["exactly"]
-            assert exactly["deviceClassName"] == device_class, path.name
+            assert exactly["deviceClassName"] in classes, path.name
             expressions = [s["cel"]["expression"] for s in exactly.get("selectors", [])]
             assert expressions, f"{path.name}: pick the NIC with a CEL selector"
             for expression in expressions:
