@@ -16,6 +16,8 @@ from .config import TenantPolicy
 from .tenant import apply_profile, check_any_source, check_claim_config, check_profile_knobs
 
 SOURCE_CLASS = "FromClass"
+PARAMETER_KINDS = ("NetworkAttachment", "CNI")  # a bare parameters document, by kind or group
+PARAMETER_GROUPS = ("dracni.io/", "cni.networking.x-k8s.io/")
 
 
 @dataclass(frozen=True)
@@ -43,8 +45,10 @@ def configs_in(doc: object, driver: str, origin: str) -> Iterator[FoundConfig]:
         allocated = ((doc.get("status") or {}).get("allocation") or {}).get("devices") or {}
         configs = allocated.get("config") or (doc.get("spec") or {}).get("devices", {}).get("config") or []
         source = None
-    else:
+    elif kind in PARAMETER_KINDS or kind is None or str(doc.get("apiVersion")).startswith(PARAMETER_GROUPS):
         yield FoundConfig(origin, doc, "FromClaim")
+        return
+    else:  # another Kubernetes object (a Pod next to its templates): nothing of ours
         return
     for index, config in enumerate(configs):
         opaque = config.get("opaque") if isinstance(config, dict) else None

@@ -255,3 +255,8 @@ def test_policy_from_yaml_file(tmp_path) -> None:
 def test_policy_refuses_what_is_never_safe(settings: dict, message: str) -> None:
     with pytest.raises(PolicyError, match=message):
         load_policy(**settings)
+
+
+def test_an_empty_configmap_directory_means_the_defaults(tmp_path) -> None:
+    """The DaemonSet mounts the ConfigMap optionally: without it kubelet leaves the dir empty."""
+    assert load_policy(str(tmp_path)) == TenantPolicy()
