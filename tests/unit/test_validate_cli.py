@@ -8,7 +8,7 @@ import yaml
 from click.testing import CliRunner
 
 from dracni.cli import main as cli
-from tests.policy_cases import CLASS_NETWORK, CASES, attach, plugin
+from tests.policy_cases import CASES, CLASS_NETWORK, attach, plugin
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "packaging" / "deploy" / "examples"
 
