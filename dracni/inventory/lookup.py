@@ -7,7 +7,7 @@ node is looked at when a claim is prepared, not cached: interfaces come and go.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ..policy.binding import DeviceFacts
 from .nics import Nic, discover_nics
@@ -19,14 +19,27 @@ class NodeDevices:
 
     ``offered`` picks the NICs the node publishes (the service's include/exclude rules); None
     takes every interface but loopback (clusterless manifests name interfaces freely).
+    ``published`` is what the node last published (device name -> NIC, kept by the slice
+    publisher, which updates it before it publishes): then that is the answer, and the node is
+    not looked at again (no netlink dump, no fork into ``netns``, on a gRPC thread).
     The pool is not compared: a node publishes one pool, and clusterless pools are free names.
     """
 
-    def __init__(self, *, netns: str | None = None, offered: Callable[[Nic], bool] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        netns: str | None = None,
+        offered: Callable[[Nic], bool] | None = None,
+        published: Callable[[], Mapping[str, Nic]] | None = None,
+    ) -> None:
         self.netns = netns
         self.offered = offered
+        self.published = published
 
     def __call__(self, pool: str, device: str) -> DeviceFacts | None:
+        if self.published is not None:
+            nic = self.published().get(device)
+            return _facts(nic) if nic is not None else None
         try:
             nics = discover_nics(netns=self.netns)
         except OSError:
@@ -35,5 +48,9 @@ class NodeDevices:
         names = unique_device_names(n.name for n in chosen)
         for nic in chosen:
             if names[nic.name] == device:
-                return DeviceFacts(if_name=nic.name, pci_bus_id=nic.pci_address, mac=nic.mac or None)
+                return _facts(nic)
         return None
+
+
+def _facts(nic: Nic) -> DeviceFacts:
+    return DeviceFacts(if_name=nic.name, pci_bus_id=nic.pci_address, mac=nic.mac or None)

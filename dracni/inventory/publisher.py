@@ -14,8 +14,8 @@ from typing import Any
 
 from ..kube.api import ApiError, KubeApi
 from ..service import metrics
-from .nics import discover_nics, eligible
-from .slices import build_slices, slices_equal
+from .nics import Nic, discover_nics, eligible
+from .slices import build_slices, slices_equal, unique_device_names
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,7 @@ class SlicePublisher:
         self.published = threading.Event()
         self._dirty = threading.Event()
         self._node_uid: str | None = None
+        self._offered: dict[str, Nic] = {}
 
     # -- reconcile -------------------------------------------------------------------------
     def desired(self) -> list[dict[str, Any]]:
@@ -55,9 +56,16 @@ class SlicePublisher:
             for n in discover_nics(netns=self.netns, sysfs_root=self.sysfs_root)
             if eligible(n, self.include, self.exclude)
         ]
+        names = unique_device_names(n.name for n in nics)
+        self._offered = {names[n.name]: n for n in nics}
         return build_slices(
             driver=self.driver, node_name=self.node, node_uid=self._node_uid, nics=nics, generation=self.generation
         )
+
+    def offered(self) -> dict[str, Nic]:
+        """Device name -> NIC, as last published: the device binding looks here first, so a
+        prepare (on a gRPC thread) needs no netlink dump of its own."""
+        return self._offered
 
     def reconcile(self) -> None:
         if self._node_uid is None:

@@ -71,9 +71,7 @@ class Service:
             driver=opts.driver,
             node=opts.node,
             policy=opts.policy,
-            devices=NodeDevices(
-                netns=opts.netns, offered=lambda nic: eligible(nic, opts.nic_include or None, opts.nic_exclude or None)
-            ),
+            devices=None,  # set below, once the slice publisher exists
             ipamclaims=self.api.get_ipamclaim,
         )
         self.grpc = DRAPluginServer(
@@ -97,6 +95,11 @@ class Service:
             )
             if opts.publish_slices
             else None
+        )
+        self.helper.devices = NodeDevices(
+            netns=opts.netns,
+            offered=lambda nic: eligible(nic, opts.nic_include or None, opts.nic_exclude or None),
+            published=self.slices.offered if self.slices is not None else None,
         )
         self.health = HealthServer(opts.health_address, self.ready) if opts.health_address else None
         self._threads: list[threading.Thread] = []

@@ -180,14 +180,21 @@ def create_allocated_claim(
     pod_name: str = "demo",
     annotations: dict | None = None,
     source: str = "FromClass",
+    class_params: dict | None = None,
 ) -> dict:
     """A claim as a user writes it, then allocated and reserved as the scheduler does.
 
     ``params`` are the DeviceClass's network (``FromClass``: the allocation carries the class's
-    config, the claim none) or the claim's own config (``FromClaim``).
+    config, the claim none) or the claim's own config (``FromClaim``), then with
+    ``class_params`` as its DeviceClass's network.
     """
     opaque = {"driver": DRIVER, "parameters": params}
     spec_config = [{"requests": ["net"], "opaque": opaque}] if source == "FromClaim" else []
+    class_config = (
+        [{"source": "FromClass", "requests": ["net"], "opaque": {"driver": DRIVER, "parameters": class_params}}]
+        if class_params is not None
+        else []
+    )
     api.create_claim(
         {
             "apiVersion": "resource.k8s.io/v1",
@@ -204,7 +211,7 @@ def create_allocated_claim(
     allocation = {
         "devices": {
             "results": [{"request": "net", "driver": DRIVER, "pool": NODE, "device": device}],
-            "config": [{"source": source, "requests": ["net"], "opaque": opaque}],
+            "config": [*class_config, {"source": source, "requests": ["net"], "opaque": opaque}],
         },
         "nodeSelector": {
             "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}]

@@ -152,6 +152,28 @@ def test_prepare_errors_name_what_to_fix(lab, api, service, kubelet):
     assert "not found" in responses["0000-missing"].error
 
 
+def test_tenant_policy_in_the_service(lab, api, service, kubelet):
+    """A claim choosing its class's network gets it on the allocated NIC (master found through
+    the service's inventory); a claim bringing its own network is refused naming the rule."""
+    network = macvlan_params(lab, network="macvlan")
+    del network["config"]["plugins"][0]["master"]
+    pod_uid = new_pod_uid()
+    choice = {"apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachment", "ifName": "data1"}
+    chosen = create_allocated_claim(api, "chosen", pod_uid, choice, source="FromClaim", class_params=network)
+    hostile = create_allocated_claim(
+        api, "hostile", new_pod_uid(), macvlan_params(lab, master="eth2"), source="FromClaim", device="eth2"
+    )
+    responses = kubelet.prepare([claim_ref(chosen), claim_ref(hostile)])
+    assert not responses[chosen["metadata"]["uid"]].error
+    error = responses[hostile["metadata"]["uid"]].error
+    assert "parameters.config: a claim config may not define its own network (rule claimConfigs: " in error
+    assert "tenant policy: claimConfigs=profiles" in service.log()
+    pod = lab.pod()
+    lab.cnitool("add", pod, pod_uid=pod_uid)
+    assert "data1" in pod.links()
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+
+
 def test_resourceslices_are_published_and_recreated_after_a_wipe(lab, api, service):
     slices, _ = wait_for(lambda: api.list_slices(node=NODE, driver=DRIVER), 5.0, "ResourceSlices")
     devices = {d["name"]: d for s in slices for d in s["spec"]["devices"]}
