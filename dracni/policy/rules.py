@@ -28,6 +28,8 @@ RULES = {
     "dracni gives IPAM its own data directory",
     "runtimeKeys": "a claim may set only the runtime values that stay inside the pod (mac, ips, "
     "bandwidth, ipRanges, deviceID of its own device); portMappings needs portmap in pluginTypes",
+    "keyCase": "CNI plugins read JSON keys in any letter case (Go's encoding/json), so a claim config "
+    "writes each key exactly and once, and the policy checks what the plugin reads",
     "deviceBinding": "a claim's interface is made from the device allocated to it; dracni fills in "
     "master, device and pciBusID from that device, leave them out",
     "exclusiveDevice": "host-device moves the whole NIC into the pod: only a device allocated to "

@@ -27,6 +27,16 @@ NODE_PATH_KEYS = frozenset(
 )  # fmt: skip
 #: Keys the runtime or dracni sets; in a claim's plugin config they would bypass the checks.
 RUNTIME_SET_KEYS = frozenset({"runtimeConfig", "prevResult", "delegate", "delegates", "linkInContainer"})
+#: Keys that mean something to dracni or to a plugin; Go's encoding/json (every reference
+#: plugin) reads a key in any letter case (``MASTER`` sets ``master``), so a claim must write
+#: these exactly as here, or the policy would check one key and the plugin read another.
+MEANINGFUL_KEYS = frozenset(
+    {
+        "type", "name", "cniVersion", "ipam", "capabilities", "master", "device", "pciBusID", "hwaddr",
+        "mode", "mtu", "mac", "ips", "args", "ranges", "subnet", "addresses", "routes", "dns",
+    }
+) | NODE_PATH_KEYS | RUNTIME_SET_KEYS  # fmt: skip
+_FOLDED_MEANINGFUL = {key.casefold(): key for key in MEANINGFUL_KEYS}
 #: runtimeConfig keys a full claim config may set (portMappings only with portmap allowed).
 CLAIM_RUNTIME_KEYS = frozenset({"mac", "ips", "bandwidth", "ipRanges", "deviceID"})
 #: runtimeConfig keys a profile claim (a network chosen by name) may set.
@@ -77,11 +87,19 @@ def check_claim_config(params: DeviceParameters, policy: TenantPolicy, where: st
         if ipam_type is not None and ipam_type not in policy.ipam_types:
             allowed = ", ".join(sorted(policy.ipam_types))
             raise refuse(f"{field}.ipam.type", f"{_show(ipam_type)} is not allowed (allowed: {allowed})", "ipamTypes")
-        for path, key in _keys(plugin, field):
-            if key in NODE_PATH_KEYS:
+        keys = list(_keys(plugin, field))
+        for path, key, _ in keys:
+            meant = _FOLDED_MEANINGFUL.get(key.casefold(), key)
+            if meant in NODE_PATH_KEYS:
                 raise refuse(f"{path}.{key}", "refused in a claim config", "nodePaths")
-            if key in RUNTIME_SET_KEYS:
+            if meant in RUNTIME_SET_KEYS:
                 raise refuse(f"{path}.{key}", "refused in a claim config: the runtime or dracni sets it", "runtimeKeys")
+            if meant != key:
+                raise refuse(f"{path}.{key}", f'write "{meant}" exactly', "keyCase")
+        for path, key, siblings in keys:
+            twins = [k for k in siblings if k != key and k.casefold() == key.casefold()]
+            if twins:
+                raise refuse(f"{path}.{key}", f'"{twins[0]}" is the same key in another letter case', "keyCase")
         if plugin.get("capabilities", {}).get(PORT_MAPPINGS) and not policy.port_mappings:
             raise refuse(f"{field}.capabilities.{PORT_MAPPINGS}", "reaches the node's ports", "runtimeKeys")
     allowed_runtime = CLAIM_RUNTIME_KEYS | ({PORT_MAPPINGS} if policy.port_mappings else set())
@@ -200,14 +218,14 @@ def _ipam_type(plugin: dict[str, Any]) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _keys(value: Any, path: str) -> Iterator[tuple[str, str]]:
-    """Every (parent path, key) of the nested objects in ``value``; iterative, any depth."""
+def _keys(value: Any, path: str) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """Every (parent path, key, parent) of the nested objects in ``value``; iterative, any depth."""
     stack = [(value, path)]
     while stack:
         node, where = stack.pop()
         if isinstance(node, dict):
             for key, child in node.items():
-                yield where, key
+                yield where, key, node
                 stack.append((child, f"{where}.{key}"))
         elif isinstance(node, list):
             stack.extend((child, f"{where}[{i}]") for i, child in enumerate(node))

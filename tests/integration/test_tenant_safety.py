@@ -145,6 +145,12 @@ def test_macvlan_cannot_stack_on_the_uplink(lab, pod_uid):
     assert_refused(lab, pod_uid, claim, "parameters.config.plugins[0].master", "deviceBinding", FULL)
 
 
+def test_a_key_in_capitals_cannot_slip_past_the_binding(lab, pod_uid):
+    """Debian's macvlan (Go) would read MASTER as master."""
+    claim = tenant_claim("caps", pod_uid, own_config({"type": "macvlan", "MASTER": "uplink0", "ipam": HOST_LOCAL}))
+    assert_refused(lab, pod_uid, claim, "parameters.config.plugins[0].MASTER", "keyCase", FULL)
+
+
 def test_portmap_cannot_take_a_node_port(lab, pod_uid):
     port_mappings = {"portMappings": [{"hostPort": int(HOSTILE_PORT), "containerPort": 80, "protocol": "tcp"}]}
     plugins = [{"type": "macvlan", "ipam": HOST_LOCAL}, {"type": "portmap", "capabilities": {"portMappings": True}}]
