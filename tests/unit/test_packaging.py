@@ -57,14 +57,32 @@ def manifest_files() -> list[Path]:
     return sorted(p for p in DEPLOY.rglob("*.yaml") if p.name != "kustomization.yaml")
 
 
+#: Files holding more than one object: an admission policy with its binding.
+MULTI_OBJECT_FILES = {"claim-parameters-policy.yaml": ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]}
+
+
+def file_objects(path: Path) -> list[dict]:
+    """The objects of a manifest: one per file, but for MULTI_OBJECT_FILES."""
+    if path.name in MULTI_OBJECT_FILES:
+        docs = load_docs(path)
+        assert [d["kind"] for d in docs] == MULTI_OBJECT_FILES[path.name], path.name
+        return docs
+    return [load_one(path)]
+
+
 def deploy_objects() -> dict[str, dict]:
-    """The kustomization's objects by kind (one object of each kind there)."""
+    """The kustomization's objects by kind/name, and by kind where there is one of the kind
+    (there are two admission policies and two bindings)."""
     kustomization = load_one(DEPLOY / "kustomization.yaml")
     objects: dict[str, dict] = {}
+    kinds: dict[str, list[dict]] = {}
     for name in kustomization["resources"]:
-        obj = load_one(DEPLOY / name)
-        assert obj["kind"] not in objects, f"two {obj['kind']} objects in packaging/deploy"
-        objects[obj["kind"]] = obj
+        for obj in file_objects(DEPLOY / name):
+            key = f"{obj['kind']}/{obj['metadata']['name']}"
+            assert key not in objects, f"two {key} objects in packaging/deploy"
+            objects[key] = obj
+            kinds.setdefault(obj["kind"], []).append(obj)
+    objects.update({kind: found[0] for kind, found in kinds.items() if len(found) == 1})
     return objects
 
 
@@ -88,12 +106,12 @@ def k8s_versions() -> list[str]:
 def test_manifest_validates_strictly(path, version):
     import kubernetes_validate
 
-    obj = load_one(path)
-    try:
-        kubernetes_validate.validate(obj, version, strict=True)
-    except kubernetes_validate.ValidationError as exc:
-        where = ".".join(str(p) for p in exc.path)
-        pytest.fail(f"{_rel(path)} against Kubernetes {version}: {where}: {exc.message}")
+    for obj in file_objects(path):
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            where = ".".join(str(p) for p in exc.path)
+            pytest.fail(f"{_rel(path)} ({obj['kind']}) against Kubernetes {version}: {where}: {exc.message}")
 
 
 def test_strict_validation_rejects_unknown_fields():
@@ -128,17 +146,20 @@ def test_namespace_is_set_and_consistent():
     namespace = load_one(DEPLOY / "kustomization.yaml")["namespace"]
     objects = deploy_objects()
     assert objects["Namespace"]["metadata"]["name"] == namespace
-    for kind in ("ServiceAccount", "DaemonSet"):
-        assert objects[kind]["metadata"]["namespace"] == namespace, kind
-    for kind in (
+    cluster_scoped = {
         "ClusterRole",
         "ClusterRoleBinding",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
         "DeviceClass",
         "Namespace",
-    ):
-        assert "namespace" not in objects[kind]["metadata"], f"{kind} is cluster-scoped"
+    }
+    for key, obj in objects.items():
+        if obj["kind"] in cluster_scoped:
+            assert "namespace" not in obj["metadata"], f"{key} is cluster-scoped"
+        else:
+            assert obj["metadata"]["namespace"] == namespace, key
+    assert {"ServiceAccount", "DaemonSet", "ConfigMap"} <= {obj["kind"] for obj in objects.values()}
     # The DaemonSet is privileged: Pod Security Admission must admit it in its namespace.
     labels = objects["Namespace"]["metadata"].get("labels", {})
     assert labels.get("pod-security.kubernetes.io/enforce") == "privileged"
@@ -167,7 +188,8 @@ def service_account_user() -> str:
 
 def test_admission_policy_binds_slice_writes_to_the_node_and_driver():
     objects = deploy_objects()
-    policy, binding = objects["ValidatingAdmissionPolicy"], objects["ValidatingAdmissionPolicyBinding"]
+    policy = objects["ValidatingAdmissionPolicy/dracni-resourceslices"]
+    binding = objects["ValidatingAdmissionPolicyBinding/dracni-resourceslices"]
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
     spec = policy["spec"]
