@@ -381,6 +381,8 @@ def test_manifests_parse_and_refer_to_each_other() -> None:
     assert all(isinstance(v, str) for v in configmap["data"].values()), "ConfigMap data are strings"
     names = [v["name"] for v in spec["variables"]]
     assert len(names) == len(set(names))
+    for condition in spec["matchConditions"]:  # evaluated before, and without, the variables
+        assert "variables." not in condition["expression"], condition["name"]
     for validation in spec["validations"]:
         assert validation["messageExpression"] and validation["message"], validation["expression"]
         assert "\n" not in validation["message"].strip(), "the API server refuses a message with line breaks"
@@ -402,8 +404,9 @@ def test_every_expression_compiles(where: str, expression: str) -> None:
 
 
 def test_expressions_type_check_as_the_api_server_needs() -> None:
-    """Each variable is declared at the type its expression yields (composition.go); a validation
-    must be a bool, a messageExpression a string, a matchCondition a bool (cel/compile.go)."""
+    """Each variable is declared, after the ones before it, at the type its expression yields
+    (composition.go: a variable reads only earlier ones); a validation must be a bool, a
+    messageExpression a string, a matchCondition a bool (cel/compile.go)."""
     cel = cel_cpp()
     spec = policy_docs()[0]["spec"]
     declared = dict.fromkeys(("object", "oldObject", "params", "request"), cel.Type.DYN)
