@@ -33,7 +33,7 @@ RUNTIME_SET_KEYS = frozenset({"runtimeConfig", "prevResult", "delegate", "delega
 MEANINGFUL_KEYS = frozenset(
     {
         "type", "name", "cniVersion", "ipam", "capabilities", "master", "device", "pciBusID", "hwaddr",
-        "mode", "mtu", "mac", "ips", "args", "ranges", "subnet", "addresses", "routes", "dns",
+        "mode", "mtu", "mac", "ips", "args", "ranges", "subnet", "addresses", "routes", "dns", "portMappings",
     }
 ) | NODE_PATH_KEYS | RUNTIME_SET_KEYS  # fmt: skip
 _FOLDED_MEANINGFUL = {key.casefold(): key for key in MEANINGFUL_KEYS}

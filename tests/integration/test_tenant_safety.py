@@ -101,6 +101,7 @@ def assert_refused(lab: Lab, pod_uid: str, claim: dict, field: str, rule: str, a
     before["files"] = [f for f in before["files"] if not f.startswith(("state/", "ipam/"))]
     assert after == before
     assert not (lab.tmp / "victim").exists()
+    print(f"refused: {message.strip()}")  # the exact message, for `pytest -s`
     return message.strip()
 
 
