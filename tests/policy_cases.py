@@ -273,6 +273,13 @@ CASES = [
         node_only=True,
     ),
     PolicyCase(
+        "full-capabilities-not-an-object",
+        attach(config=plugin("macvlan", capabilities=[], ipam=HOST_LOCAL)),
+        ("parameters.config.capabilities", "schema"),
+        mode="full",
+        node_only=True,
+    ),
+    PolicyCase(
         "full-master-allocated-nic",
         attach(config=plugin("macvlan", master="eth1", ipam=HOST_LOCAL)),
         mode="full",

@@ -100,7 +100,10 @@ def check_claim_config(params: DeviceParameters, policy: TenantPolicy, where: st
             twins = [k for k in siblings if k != key and k.casefold() == key.casefold()]
             if twins:
                 raise refuse(f"{path}.{key}", f'"{twins[0]}" is the same key in another letter case', "keyCase")
-        if plugin.get("capabilities", {}).get(PORT_MAPPINGS) and not policy.port_mappings:
+        capabilities = plugin.get("capabilities", {})
+        if not isinstance(capabilities, dict):
+            raise ParameterError(f"{field}.capabilities", "must be an object of capability name -> true/false")
+        if capabilities.get(PORT_MAPPINGS) and not policy.port_mappings:
             raise refuse(f"{field}.capabilities.{PORT_MAPPINGS}", "reaches the node's ports", "runtimeKeys")
     allowed_runtime = CLAIM_RUNTIME_KEYS | ({PORT_MAPPINGS} if policy.port_mappings else set())
     _check_runtime_keys(params, allowed_runtime, where)
