@@ -3,8 +3,11 @@
 Find ``<type>`` as a regular executable file in the ``CNI_PATH`` directories, exec it with
 the caller's environment overridden where the delegate's call differs, write its config to
 stdin and read its result (or CNI error) from stdout.  Exec is retried on "text file busy",
-which happens while an installer replaces a plugin binary.  What runs in which order (a
-conflist) is ``dracni.cni.conflist``'s business.
+which happens while an installer replaces a plugin binary.  A delegate runs in its own process
+group (a timeout kills the group) and, on Linux, dies with dracni: the runtime may SIGKILL
+dracni at its CNI timeout, and a delegate left running would finish after the rollback or the
+runtime's DEL and leak what it allocated.  What runs in which order (a conflist) is
+``dracni.cni.conflist``'s business.
 """
 
 from __future__ import annotations
@@ -22,12 +25,16 @@ from .versions import LATEST, best_common_version
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from ..state.store import PluginVersionCache
 
 _ETXTBSY_RETRIES = 5
 DEFAULT_TIMEOUT = 120.0
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_SIGKILL = 9  # without importing signal
+_prctl: Any = None  # libc's prctl once looked up; False where there is none (not Linux)
 
 
 class DelegateRunner:
@@ -139,10 +146,12 @@ class DelegateRunner:
             env["CNI_ARGS"] = cni_args
         stdin = jsonio.dumps(conf)
         name = os.path.basename(binary)
+        in_child = _die_with(os.getpid())
         started = time.monotonic()
         for attempt in range(_ETXTBSY_RETRIES + 1):
             try:
                 # Its own process group: a timeout ends the delegate and everything it started.
+                # And it dies with dracni (in_child, between fork and exec), when it can.
                 proc = subprocess.Popen(
                     [binary],
                     stdin=subprocess.PIPE,
@@ -151,6 +160,7 @@ class DelegateRunner:
                     env=env,
                     close_fds=True,
                     process_group=0,
+                    preexec_fn=in_child,
                 )
                 break
             except OSError as exc:
@@ -178,6 +188,46 @@ class DelegateRunner:
             return jsonio.loads_object(out, f"the output of delegate {name} {command}")
         except ValueError as exc:
             raise CNIError(E.DECODE_FAILURE, str(exc)) from None
+
+
+def _libc_prctl() -> Any:
+    """libc's ``prctl``, looked up once per process; None where there is none."""
+    global _prctl
+    if _prctl is None:
+        try:
+            import ctypes  # deferred: only a delegate exec pays for it, never the pass-through
+
+            # The process's own symbols: libc, also inside the PyInstaller bundle.
+            fn = ctypes.CDLL(None, use_errno=True).prctl
+            fn.argtypes = (ctypes.c_int, ctypes.c_ulong)
+            fn.restype = ctypes.c_int
+            _prctl = fn
+        except (ImportError, OSError, AttributeError):  # no ctypes, no libc, no prctl: not Linux
+            _prctl = False
+    return _prctl or None
+
+
+def _die_with(parent: int) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the kernel SIGKILL the child when ``parent`` dies.
+
+    PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the process: the
+    CNI plugin is single-threaded, so its delegates die exactly when dracni does (a runner used
+    from a short-lived thread would see its delegates killed when that thread ends).  The
+    signal reaches the delegate only, not the processes it starts: libcni's invoke, with which
+    Go plugins run their IPAM, sets none, so a killed dracni's delegate's IPAM runs on to its
+    end (the timeout's group kill, while dracni lives, does reach it).  Without prctl (not
+    Linux), None: delegates start as before.
+    """
+    prctl = _libc_prctl()
+    if prctl is None:
+        return None
+
+    def in_child() -> None:
+        prctl(_PR_SET_PDEATHSIG, _SIGKILL)  # a failure (seccomp, say) leaves today's behaviour
+        if os.getppid() != parent:  # the parent died before prctl: no signal will come
+            os._exit(1)
+
+    return in_child
 
 
 def _kill_group(proc: Any) -> None:

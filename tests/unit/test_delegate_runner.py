@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from dracni.cni import delegate
 from dracni.cni import errors as E
 from dracni.cni.conflist import delegate_config
 from dracni.cni.delegate import DelegateRunner
@@ -710,3 +712,102 @@ def test_every_delegate_learns_it_runs_under_dracni(bindir: Path, tmp_path: Path
     )
     run_add(runner(bindir), plugin)
     assert out.read_text().strip() == str(os.getpid())
+
+
+PDEATHSIG_PROBE = """
+import ctypes, json, os, sys
+sys.stdin.read()
+signal = ctypes.c_int(-1)
+ctypes.CDLL(None, use_errno=True).prctl(2, ctypes.byref(signal))  # PR_GET_PDEATHSIG
+with open(os.path.join(os.path.dirname(sys.argv[0]), "probe.json"), "w") as f:
+    json.dump({"pdeathsig": signal.value, "ppid": os.getppid(), "pid": os.getpid(), "pgid": os.getpgrp()}, f)
+print(json.dumps({"cniVersion": "1.0.0"}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_delegate_gets_sigkill_as_its_parent_death_signal(bindir: Path) -> None:
+    plugin = py_plugin(bindir / "probe", PDEATHSIG_PROBE)
+    run_add(runner(bindir), plugin)
+    probe = json.loads((bindir / "probe.json").read_text())
+    assert probe["pdeathsig"] == signal.SIGKILL
+    assert probe["ppid"] == os.getpid()  # set in the child dracni forked, not in a wrapper
+    assert probe["pgid"] == probe["pid"]  # and still in its own process group
+
+
+# The runner of the test below: the CNI plugin's role, in a process of its own that the test
+# (the container runtime's role) SIGKILLs while its delegate runs.
+KILLED_RUNNER = """
+import sys
+from dracni.cni.delegate import DelegateRunner
+bindir, plugin = sys.argv[1], sys.argv[2]
+runner = DelegateRunner([bindir], {"PATH": "/usr/bin:/bin"}, timeout=60)
+runner.exec(plugin, "ADD", {"cniVersion": "1.0.0", "name": "n", "type": "slow"}, ifname="net1",
+            container_id="c0ffee", netns="/var/run/netns/pod")
+"""
+
+
+def wait_until_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not _alive(pid)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_delegate_dies_when_the_runner_is_killed(bindir: Path, tmp_path: Path) -> None:
+    """The runtime SIGKILLs dracni (its CNI timeout, say): the delegate it was running dies too,
+    instead of finishing its ADD after the runtime's DEL and leaking what it allocated."""
+    pidfile = tmp_path / "delegate.pid"
+    # The delegate's pid, then exec: PR_SET_PDEATHSIG survives the delegate's own execve.
+    plugin = sh_plugin(bindir / "slow", f'cat >/dev/null\necho $$ > "{pidfile}"\nexec sleep 30\n')
+    repo = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_RUNNER, str(bindir), str(plugin)],
+        env={**os.environ, "PYTHONPATH": repo},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not pidfile.exists() or not pidfile.read_text().strip():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the delegate never started"
+            time.sleep(0.02)
+        delegate = int(pidfile.read_text())
+        assert _alive(delegate)
+        proc.kill()
+        proc.communicate()
+        assert wait_until_gone(delegate, 2.0), "the delegate outlived the runner that started it"
+    finally:
+        proc.kill()
+        proc.communicate()
+        kill_recorded(pidfile)
+
+
+def test_a_child_whose_parent_is_already_gone_exits_before_exec() -> None:
+    """The race PR_SET_PDEATHSIG leaves open: the parent dying between fork and prctl.  The
+    child checks its parent after prctl and does not run the delegate for a dead parent."""
+    in_child = delegate._die_with(os.getpid())
+    if in_child is None:
+        pytest.skip("no prctl here")
+    ran = subprocess.run(["/bin/echo", "ran"], preexec_fn=in_child, capture_output=True, timeout=10)
+    assert (ran.returncode, ran.stdout) == (0, b"ran\n")
+    orphan = delegate._die_with(os.getpid() + 1)  # as if re-parented: not the pid that forked
+    assert orphan is not None
+    ran = subprocess.run(["/bin/echo", "ran"], preexec_fn=orphan, capture_output=True, timeout=10)
+    assert (ran.returncode, ran.stdout) == (1, b"")
+
+
+def test_without_prctl_delegates_run_as_before(bindir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not Linux (no prctl in libc): no parent-death signal, the rest unchanged."""
+    monkeypatch.setattr(delegate, "_prctl", False)
+    assert delegate._die_with(os.getpid()) is None
+    out = tmp_path / "ids"
+    plugin = sh_plugin(
+        bindir / "ids",
+        f'cat >/dev/null\necho "$$ $(ps -o pgid= -p $$)" > "{out}"\necho \'{{"cniVersion":"1.0.0"}}\'\n',
+    )
+    assert run_add(runner(bindir), plugin) == {"cniVersion": "1.0.0"}
+    pid, pgid = out.read_text().split()
+    assert pid == pgid

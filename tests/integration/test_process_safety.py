@@ -1,0 +1,99 @@
+"""Process safety through the frozen binary (issue 9): the container runtime SIGKILLs dracni in
+the middle of an ADD (its CNI timeout, say).  The delegate dracni was running dies with it
+(PR_SET_PDEATHSIG) instead of finishing its ADD after the runtime's DEL, and that DEL, from the
+write-ahead record, leaves nothing behind: no interface, no address, no record, no process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+from tests import procs
+from tests.harness import DRACNI_BINARY
+from tests.integration.conftest import ipam_reservations, macvlan, one_device_claim
+
+
+def recorded(record_file) -> list[dict]:
+    return [json.loads(line) for line in record_file.read_text().splitlines()] if record_file.exists() else []
+
+
+def gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while (proc := procs.read(pid)) is not None and proc.state != "Z" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc = procs.read(pid)
+    return proc is None or proc.state == "Z"
+
+
+def test_a_killed_dracni_takes_its_delegate_with_it_and_del_cleans_up(lab, pod_uid):
+    lab.write_conflist()
+    record_file = lab.tmp / "recorder.jsonl"
+    slow = {"type": "recorder", "recordFile": str(record_file), "sleepSeconds": 60}
+    lab.prepare(one_device_claim("slow", pod_uid, [macvlan(lab), slow]))
+    pod = lab.pod()
+    conf = {
+        "cniVersion": "1.0.0",
+        "name": "podnet",
+        "type": "dracni",
+        "stateDir": str(lab.state_dir),
+        "logFile": str(lab.log_file),
+        "logLevel": "debug",
+    }
+    call = {
+        "container_id": "killed-add",
+        "netns": pod.path,
+        "ifname": "eth0",
+        "cni_args": f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=demo;K8S_POD_UID={pod_uid}",
+    }
+    env = lab.env()
+    env.update(
+        {
+            "CNI_COMMAND": "ADD",
+            "CNI_CONTAINERID": call["container_id"],
+            "CNI_NETNS": call["netns"],
+            "CNI_IFNAME": call["ifname"],
+            "CNI_ARGS": call["cni_args"],
+        }
+    )
+    runtime = subprocess.Popen(
+        ["ip", "netns", "exec", lab.host.name, str(lab.bin_dir / "dracni")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    delegate = None
+    try:
+        runtime.stdin.write(json.dumps(conf).encode())
+        runtime.stdin.close()
+        deadline = time.monotonic() + 30
+        while not (adds := [r for r in recorded(record_file) if r["command"] == "ADD"]):
+            assert runtime.poll() is None, (runtime.stdout.read(), runtime.stderr.read(), lab.read_log())
+            assert time.monotonic() < deadline, "the slow delegate never started"
+            time.sleep(0.02)
+        delegate = adds[0]["pid"]
+        # macvlan ran first: the ADD is half done, net1 is in the pod and host-local holds an address.
+        assert "net1" in pod.links() and len(ipam_reservations(lab, "slow")) == 1
+        dracni = procs.read(delegate).ppid
+        assert procs.read(dracni).exe == os.path.realpath(DRACNI_BINARY)
+
+        os.kill(dracni, 9)  # the runtime gives up on dracni: SIGKILL
+        runtime.wait(timeout=10)
+
+        assert gone(delegate, 2.0), "the delegate outlived the dracni that started it"
+        proc = lab.plugin("DEL", conf, **call)  # the runtime's teardown of the failed sandbox
+        assert proc.returncode == 0, (proc.stdout, proc.stderr, lab.read_log())
+        assert "net1" not in pod.links()
+        assert ipam_reservations(lab, "slow") == []
+        assert not list((lab.state_dir / "attachments").iterdir())
+        assert [r["command"] for r in recorded(record_file)] == ["ADD", "DEL"]  # the killed ADD never answered
+    finally:
+        runtime.kill()
+        runtime.wait()
+        for stream in (runtime.stdin, runtime.stdout, runtime.stderr):
+            stream.close()
+        if delegate is not None and not gone(delegate, 0):
+            os.kill(delegate, 9)
