@@ -134,7 +134,9 @@ class DelegateRunner:
         env = dict(self.base_env)
         env.update(
             {
-                DELEGATE_MARK: str(os.getpid()),
+                # Who runs it, for which container: inherited by whatever the delegate starts
+                # (an IPAM plugin), so a later DEL finds an interrupted ADD's processes.
+                DELEGATE_MARK: f"{os.getpid()}/{container_id}",
                 "CNI_COMMAND": command,
                 "CNI_CONTAINERID": container_id,
                 "CNI_NETNS": netns,
@@ -228,6 +230,58 @@ def _die_with(parent: int) -> Callable[[], None] | None:
             os._exit(1)
 
     return in_child
+
+
+def kill_leftovers(container_id: str) -> list[int]:
+    """SIGKILL what an earlier, interrupted dracni started for ``container_id``; their pids.
+
+    PR_SET_PDEATHSIG reaches only the delegates dracni execs itself: an IPAM plugin a delegate
+    started (a slow host-local) survives a dracni the runtime killed, and would finish its ADD
+    after the runtime's DEL and leak its address.  Every process dracni starts carries
+    ``DRACNI_DELEGATE_OF=<dracni pid>/<container>`` in its environment, and plugins pass their
+    environment on (libcni's ``invoke`` does), so those processes are found in /proc.  Only
+    processes whose dracni is gone are killed.  Called by DEL when the ADD never finished: it
+    reads every process's environment, which costs a few ms on a busy node.
+    """
+    if not container_id:
+        return []
+    mark = f"{DELEGATE_MARK}=".encode()
+    suffix = f"/{container_id}".encode()
+    me = os.getpid()
+    killed = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:  # gone, or a kernel thread
+            continue
+        for var in environ.split(b"\0"):
+            if var.startswith(mark) and var.endswith(suffix):
+                owner = var[len(mark) : -len(suffix)]
+                if owner.isdigit() and not _alive(int(owner)):
+                    try:
+                        os.kill(int(entry), 9)
+                        killed.append(int(entry))
+                    except ProcessLookupError:
+                        pass
+                break
+    return killed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _kill_group(proc: Any) -> None:

@@ -134,6 +134,12 @@ class MetaPlugin:
         if record is None:
             self._delete_without_record()
             return
+        if record["state"] == "adding":  # the ADD never finished: its dracni was killed or crashed
+            from .delegate import kill_leftovers
+
+            stopped = kill_leftovers(req.container_id)
+            if stopped:
+                log.warning(f"DEL: stopped what the interrupted ADD left running (pids {stopped})")
         problems = []
         for dev in reversed(record["devices"]):
             problems += self._del_device(dev)

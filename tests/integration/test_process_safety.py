@@ -97,3 +97,58 @@ def test_a_killed_dracni_takes_its_delegate_with_it_and_del_cleans_up(lab, pod_u
             stream.close()
         if delegate is not None and not gone(delegate, 0):
             os.kill(delegate, 9)
+
+
+def test_del_after_a_killed_add_stops_what_the_delegate_started(lab, pod_uid):
+    """The IPAM plugin a delegate started is dracni's grandchild: PR_SET_PDEATHSIG does not reach
+    it.  The runtime's DEL finds the interrupted ADD (its write-ahead record) and stops it, so it
+    cannot finish its ADD after the DEL."""
+    lab.write_conflist()
+    record_file = lab.tmp / "recorder.jsonl"
+    # macvlan runs a slow IPAM (the recorder, which reads recordFile from the network config)
+    slow_ipam = macvlan(lab, ipam={"type": "recorder"}, recordFile=str(record_file), sleepSeconds=60)
+    lab.prepare(one_device_claim("slow-ipam", pod_uid, [slow_ipam]))
+    pod = lab.pod()
+    env = lab.env(pod_uid=pod_uid)
+    env.update({"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "killed", "CNI_NETNS": pod.path, "CNI_IFNAME": "eth0"})
+    conf = json.loads((lab.netconf_dir / "10-podnet.conflist").read_text())["plugins"][1]
+    conf.update({"cniVersion": "1.0.0", "name": "podnet"})
+    runtime = subprocess.Popen(
+        ["ip", "netns", "exec", lab.host.name, str(lab.bin_dir / "dracni")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    ipam = None
+    try:
+        runtime.stdin.write(json.dumps(conf).encode())
+        runtime.stdin.close()
+        deadline = time.monotonic() + 30
+        while not (adds := [r for r in recorded(record_file) if r["command"] == "ADD"]):
+            assert runtime.poll() is None, (runtime.stdout.read(), runtime.stderr.read(), lab.read_log())
+            assert time.monotonic() < deadline, "the slow IPAM never started"
+            time.sleep(0.02)
+        ipam = adds[0]["pid"]
+        delegate = procs.read(ipam).ppid  # macvlan
+        dracni = procs.read(delegate).ppid
+        assert procs.read(dracni).exe == os.path.realpath(DRACNI_BINARY)
+
+        os.kill(dracni, 9)
+        runtime.wait(timeout=10)
+        assert gone(delegate, 2.0), "macvlan outlived the dracni that started it"
+        assert not gone(ipam, 0), "the grandchild is out of PR_SET_PDEATHSIG's reach: this test needs it alive"
+
+        proc = lab.plugin("DEL", conf, container_id="killed", netns=pod.path, ifname="eth0", cni_args=env["CNI_ARGS"])
+        assert proc.returncode == 0, (proc.stdout, proc.stderr, lab.read_log())
+        assert gone(ipam, 2.0), "the interrupted ADD's IPAM is still running after the DEL"
+        assert "stopped what the interrupted ADD left running" in lab.read_log()
+        assert "net1" not in pod.links()
+        assert not list((lab.state_dir / "attachments").iterdir())
+    finally:
+        runtime.kill()
+        runtime.wait()
+        for stream in (runtime.stdin, runtime.stdout, runtime.stderr):
+            stream.close()
+        if ipam is not None and not gone(ipam, 0):
+            os.kill(ipam, 9)

@@ -811,3 +811,29 @@ def test_without_prctl_delegates_run_as_before(bindir: Path, tmp_path: Path, mon
     assert run_add(runner(bindir), plugin) == {"cniVersion": "1.0.0"}
     pid, pgid = out.read_text().split()
     assert pid == pgid
+
+
+def test_kill_leftovers_stops_only_an_interrupted_adds_processes() -> None:
+    """Processes marked for the container whose dracni is gone die; others are left alone."""
+    from dracni.cni.delegate import kill_leftovers
+    from dracni.cni.request import DELEGATE_MARK
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid that no longer runs: the killed dracni
+    marks = {
+        "orphan": f"{dead.pid}/cid-1",  # the interrupted ADD's IPAM
+        "other-container": f"{dead.pid}/cid-2",
+        "live-owner": f"{os.getpid()}/cid-1",  # a dracni still running for the container
+    }
+    procs = {
+        name: subprocess.Popen(["sleep", "60"], env={**os.environ, DELEGATE_MARK: mark}) for name, mark in marks.items()
+    }
+    try:
+        assert kill_leftovers("cid-1") == [procs["orphan"].pid]
+        assert procs["orphan"].wait(timeout=5) == -9
+        assert procs["other-container"].poll() is None and procs["live-owner"].poll() is None
+        assert kill_leftovers("") == []
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
