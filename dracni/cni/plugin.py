@@ -134,7 +134,7 @@ class MetaPlugin:
         if record is None:
             self._delete_without_record()
             return
-        if record["state"] == "adding":  # the ADD never finished: its dracni was killed or crashed
+        if record.get("state") == "adding":  # the ADD never finished: its dracni was killed or crashed
             from .delegate import kill_leftovers
 
             stopped = kill_leftovers(req.container_id)

@@ -705,13 +705,14 @@ def test_a_delegate_runs_in_its_own_process_group(bindir: Path, tmp_path: Path) 
 
 
 def test_every_delegate_learns_it_runs_under_dracni(bindir: Path, tmp_path: Path) -> None:
-    """The mark a nested dracni refuses to run under (see test_cni_protocol)."""
+    """The mark a nested dracni refuses to run under (see test_cni_protocol), naming this dracni
+    and the container, which a DEL after an interrupted ADD looks for (kill_leftovers)."""
     out = tmp_path / "mark"
     plugin = sh_plugin(
         bindir / "marked", f'cat >/dev/null\necho "$DRACNI_DELEGATE_OF" > "{out}"\necho \'{{"cniVersion":"1.0.0"}}\'\n'
     )
     run_add(runner(bindir), plugin)
-    assert out.read_text().strip() == str(os.getpid())
+    assert out.read_text().strip() == f"{os.getpid()}/c0ffee"
 
 
 PDEATHSIG_PROBE = """
