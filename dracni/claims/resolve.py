@@ -221,7 +221,9 @@ def _attachment(
         attachment = networks[-1]
     elif wanted["config"] is not None:  # a claim's own network
         if networks and rules.policy.claim_configs == FULL:  # under profiles, claimConfigs refuses it
-            raise refuse("parameters.config", "a claim config cannot replace it", "classPrecedence")
+            raise refuse(
+                "parameters.config", "a claim config cannot replace the DeviceClass's network", "classPrecedence"
+            )
         check_claim_config(wanted, rules.policy, "parameters")
         attachment = wanted
     else:
