@@ -11,7 +11,7 @@ import click
 
 from .. import __version__
 from .claims import inspect, prepare, publish_status, unprepare, validate
-from .node import install, uninstall
+from .node import install, inventory, uninstall
 from .service import kubelet_plugin
 
 
@@ -21,7 +21,7 @@ def main() -> None:
     """dracni: Kubernetes DRA network attachments through CNI."""
 
 
-for _command in (prepare, unprepare, publish_status, inspect, validate, kubelet_plugin, install, uninstall):
+for _command in (prepare, unprepare, publish_status, inspect, validate, kubelet_plugin, install, uninstall, inventory):
     main.add_command(_command)
 
 __all__ = ["install", "kubelet_plugin", "main"]

@@ -11,8 +11,10 @@ from .. import jsonio
 from .options import (
     driver_option,
     manifests_at,
+    nic_sharing,
     policy_options,
     select_claims,
+    sharing_options,
     state_at,
     state_dir_option,
     tenant_policy,
@@ -24,6 +26,7 @@ from .options import (
 @click.option("--claim", "names", multiple=True, metavar="NS/NAME", help="Only these claims (repeatable).")
 @click.option("--node", envvar="NODE_NAME", default=None, help="This node's name.")
 @policy_options
+@sharing_options
 @click.option(
     "--nic-netns",
     envvar="DRACNI_NIC_NETNS",
@@ -41,6 +44,9 @@ def prepare(
     claim_configs: str | None,
     allow_types: tuple[str, ...],
     allow_ipam_types: tuple[str, ...],
+    sharing_rules: tuple[str, ...],
+    nic_slots: str,
+    max_attachments: str,
     nic_netns: str | None,
     state_dir: str,
     driver: str,
@@ -65,7 +71,7 @@ def prepare(
         driver=driver,
         node=node,
         policy=policy,
-        devices=NodeDevices(netns=nic_netns),
+        devices=NodeDevices(netns=nic_netns, sharing=nic_sharing(sharing_rules, nic_slots, max_attachments)),
     )
     outcomes = helper.prepare(refs)
     failed = 0

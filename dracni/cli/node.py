@@ -9,7 +9,7 @@ from typing import ParamSpec, TypeVar
 import click
 
 from .. import defaults
-from .options import shown
+from .options import driver_option, nic_sharing, sharing_options, shown
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -174,3 +174,59 @@ def uninstall(bin_dir: str, conf_dir: str, conf_file: str) -> None:
         click.echo(f"removed {path}")
     if not removed:
         click.echo("nothing to remove")
+
+
+# -- what the node offers ---------------------------------------------------------------------------
+
+
+@click.command()
+@driver_option
+@click.option("--node-name", envvar="NODE_NAME", default=None, help="The node's name; default: this host's name.")
+@sharing_options
+@click.option("--nic-include", multiple=True, metavar="GLOB", help="Publish only NICs matching (repeatable).")
+@click.option("--nic-exclude", multiple=True, metavar="GLOB", help="Never publish NICs matching (repeatable).")
+@click.option("--nic-netns", envvar="DRACNI_NIC_NETNS", default=None, metavar="PATH", help="Netns holding the NICs.")
+@click.option(
+    "--without-consumable-capacity",
+    is_flag=True,
+    help="As on an API server whose DRAConsumableCapacity gate is off: shared NICs as slots.",
+)
+def inventory(
+    driver: str,
+    node_name: str | None,
+    sharing_rules: tuple[str, ...],
+    nic_slots: str,
+    max_attachments: str,
+    nic_include: tuple[str, ...],
+    nic_exclude: tuple[str, ...],
+    nic_netns: str | None,
+    without_consumable_capacity: bool,
+) -> None:
+    """Print, as YAML, the ResourceSlices this node would publish (the service's code and options)."""
+    import socket
+
+    import yaml
+
+    from ..inventory.nics import discover_nics, eligible
+    from ..inventory.slices import build_slices
+
+    sharing = nic_sharing(sharing_rules, nic_slots, max_attachments)
+    if without_consumable_capacity:
+        sharing = sharing.without_consumable_capacity()
+    try:
+        nics = [
+            n
+            for n in discover_nics(netns=nic_netns)
+            if eligible(n, list(nic_include) or None, list(nic_exclude) or None)
+        ]
+        slices = build_slices(
+            driver=driver,
+            node_name=node_name or socket.gethostname(),
+            node_uid=None,
+            nics=nics,
+            generation=1,
+            sharing=sharing,
+        )
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(yaml.safe_dump_all(slices, sort_keys=False), nl=False)

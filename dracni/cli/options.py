@@ -11,6 +11,7 @@ from .. import defaults
 
 if TYPE_CHECKING:
     from ..claims.manifests import ManifestClaimSource
+    from ..inventory.sharing import Sharing
     from ..policy.config import TenantPolicy
     from ..state.store import StateDir
 
@@ -72,6 +73,40 @@ def policy_options(command: F) -> F:
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def sharing_options(command: F) -> F:
+    """How NICs are offered (inventory/sharing.py); ``nic_sharing`` turns them into one."""
+    options = [
+        click.option(
+            "--nic-sharing",
+            "sharing_rules",
+            multiple=True,
+            metavar="GLOB=MODE",
+            help="Offer matching NICs as exclusive (one claim at a time; host-device), shared "
+            "(many claims, consumable capacity) or slots (N devices per NIC); first match wins; "
+            "others: shared, or slots where the API server lacks consumable capacity. Env: "
+            "DRACNI_NIC_SHARING (commas).",
+        ),
+        shown("--nic-slots", "16", "Devices per NIC in slots mode.", envvar="DRACNI_NIC_SLOTS"),
+        shown("--max-attachments", "64", "Attachments a shared NIC takes.", envvar="DRACNI_MAX_ATTACHMENTS"),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def nic_sharing(rules: tuple[str, ...], slots: str, max_attachments: str) -> Sharing:
+    """The sharing the options describe; a bad rule stops the command with its reason."""
+    import os
+
+    from ..inventory.sharing import parse_sharing
+
+    env = [r.strip() for r in os.environ.get("DRACNI_NIC_SHARING", "").split(",") if r.strip()]
+    try:
+        return parse_sharing([*rules, *env], slots=int(slots), max_attachments=int(max_attachments))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def tenant_policy(

@@ -5,7 +5,15 @@ from __future__ import annotations
 import click
 
 from .. import defaults
-from .options import driver_option, policy_options, shown, state_dir_option, tenant_policy
+from .options import (
+    driver_option,
+    nic_sharing,
+    policy_options,
+    sharing_options,
+    shown,
+    state_dir_option,
+    tenant_policy,
+)
 
 
 @click.command("kubelet-plugin")
@@ -31,6 +39,7 @@ from .options import driver_option, policy_options, shown, state_dir_option, ten
     show_default=True,
 )
 @policy_options
+@sharing_options
 @click.option("--nic-include", multiple=True, metavar="GLOB", help="Publish only NICs matching (repeatable).")
 @click.option("--nic-exclude", multiple=True, metavar="GLOB", help="Never publish NICs matching (repeatable).")
 @click.option(
@@ -61,6 +70,9 @@ def kubelet_plugin(
     claim_configs: str | None,
     allow_types: tuple[str, ...],
     allow_ipam_types: tuple[str, ...],
+    sharing_rules: tuple[str, ...],
+    nic_slots: str,
+    max_attachments: str,
     nic_include: tuple[str, ...],
     nic_exclude: tuple[str, ...],
     publish_slices: bool,
@@ -71,6 +83,7 @@ def kubelet_plugin(
     from ..service.main import Service, ServiceOptions
 
     policy = tenant_policy(policy_file, claim_configs, allow_types, allow_ipam_types)
+    sharing = nic_sharing(sharing_rules, nic_slots, max_attachments)
     setup_logging(log_format, log_level)
     opts = ServiceOptions(
         driver=driver,
@@ -81,6 +94,7 @@ def kubelet_plugin(
         plugins_dir=plugins_dir,
         health_address=health_address,
         policy=policy,
+        sharing=sharing,
         nic_include=list(nic_include),
         nic_exclude=list(nic_exclude),
         publish_slices=publish_slices,

@@ -11,7 +11,8 @@ from collections.abc import Callable, Mapping
 
 from ..policy.binding import DeviceFacts
 from .nics import Nic, discover_nics
-from .slices import unique_device_names
+from .sharing import Sharing
+from .slices import Offer, offers
 
 
 class NodeDevices:
@@ -30,27 +31,30 @@ class NodeDevices:
         *,
         netns: str | None = None,
         offered: Callable[[Nic], bool] | None = None,
-        published: Callable[[], Mapping[str, Nic]] | None = None,
+        published: Callable[[], Mapping[str, Offer]] | None = None,
+        sharing: Sharing | None = None,
     ) -> None:
         self.netns = netns
         self.offered = offered
         self.published = published
+        self.sharing = sharing
 
     def __call__(self, pool: str, device: str) -> DeviceFacts | None:
         if self.published is not None:
-            nic = self.published().get(device)
-            return _facts(nic) if nic is not None else None
+            offer = self.published().get(device)
+            return _facts(offer) if offer is not None else None
         try:
             nics = discover_nics(netns=self.netns)
         except OSError:
             return None
         chosen = [n for n in nics if (self.offered(n) if self.offered else not n.is_loopback)]
-        names = unique_device_names(n.name for n in chosen)
-        for nic in chosen:
-            if names[nic.name] == device:
-                return _facts(nic)
-        return None
+        try:
+            found = [o for o in offers(chosen, self.sharing) if o.name == device]
+        except ValueError:
+            return None
+        return _facts(found[0]) if found else None
 
 
-def _facts(nic: Nic) -> DeviceFacts:
-    return DeviceFacts(if_name=nic.name, pci_bus_id=nic.pci_address, mac=nic.mac or None)
+def _facts(offer: Offer) -> DeviceFacts:
+    nic = offer.nic
+    return DeviceFacts(if_name=nic.name, pci_bus_id=nic.pci_address, mac=nic.mac or None, sharing=offer.mode)

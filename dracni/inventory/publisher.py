@@ -14,8 +14,9 @@ from typing import Any
 
 from ..kube.api import ApiError, KubeApi
 from ..service import metrics
-from .nics import Nic, discover_nics, eligible
-from .slices import build_slices, slices_equal, unique_device_names
+from .nics import discover_nics, eligible
+from .sharing import Sharing
+from .slices import Offer, build_slices, offers, slices_equal
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ class SlicePublisher:
         exclude: list[str] | None = None,
         netns: str | None = None,
         sysfs_root: str = "/sys",
+        sharing: Sharing | None = None,
     ) -> None:
         self.api = api
         self.driver = driver
@@ -47,7 +49,10 @@ class SlicePublisher:
         self.published = threading.Event()
         self._dirty = threading.Event()
         self._node_uid: str | None = None
-        self._offered: dict[str, Nic] = {}
+        self._offered: dict[str, Offer] = {}
+        #: how NICs are offered; ``shared`` becomes ``slots`` once the API server is seen to
+        #: drop allowMultipleAllocations (its DRAConsumableCapacity gate is off)
+        self.sharing = sharing or Sharing()
 
     # -- reconcile -------------------------------------------------------------------------
     def desired(self) -> list[dict[str, Any]]:
@@ -56,13 +61,17 @@ class SlicePublisher:
             for n in discover_nics(netns=self.netns, sysfs_root=self.sysfs_root)
             if eligible(n, self.include, self.exclude)
         ]
-        names = unique_device_names(n.name for n in nics)
-        self._offered = {names[n.name]: n for n in nics}
+        self._offered = {o.name: o for o in offers(nics, self.sharing)}
         return build_slices(
-            driver=self.driver, node_name=self.node, node_uid=self._node_uid, nics=nics, generation=self.generation
+            driver=self.driver,
+            node_name=self.node,
+            node_uid=self._node_uid,
+            nics=nics,
+            generation=self.generation,
+            sharing=self.sharing,
         )
 
-    def offered(self) -> dict[str, Nic]:
+    def offered(self) -> dict[str, Offer]:
         """Device name -> NIC, as last published: the device binding looks here first, so a
         prepare (on a gRPC thread) needs no netlink dump of its own."""
         return self._offered
@@ -82,21 +91,38 @@ class SlicePublisher:
             self.published.set()
             return
         self.generation += 1
+        dropped = False
         for d in self.desired():
             name = d["metadata"]["name"]
             if name in by_name:
                 d["metadata"]["resourceVersion"] = by_name[name]["metadata"]["resourceVersion"]
-                self.api.replace_slice(name, d)
+                answer = self.api.replace_slice(name, d)
                 metrics.SLICE_PUBLISHES.labels(operation="update").inc()
             else:
-                self.api.create_slice(d)
+                answer = self.api.create_slice(d)
                 metrics.SLICE_PUBLISHES.labels(operation="create").inc()
+            dropped = dropped or _dropped_sharing(d, answer)
             by_name.pop(name, None)
         for name in by_name:  # slices of ours that are no longer needed
             self.api.delete_slice(name)
             metrics.SLICE_PUBLISHES.labels(operation="delete").inc()
         log.info("published ResourceSlices for node %s, pool generation %d", self.node, self.generation)
+        if dropped and self._fall_back_to_slots():
+            self.reconcile()  # once: the fallback has no shared NIC left, so it cannot drop anything
+            return
         self.published.set()
+
+    def _fall_back_to_slots(self) -> bool:
+        if self.sharing.without_consumable_capacity() == self.sharing:
+            return False
+        log.warning(
+            "the API server dropped allowMultipleAllocations from the published devices: its feature "
+            "gate DRAConsumableCapacity is off (beta and on from Kubernetes 1.36); offering each shared "
+            "NIC as %d slots instead (one device per attachment), until this service restarts",
+            self.sharing.slots,
+        )
+        self.sharing = self.sharing.without_consumable_capacity()
+        return True
 
     # -- loops -----------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -147,3 +173,13 @@ class SlicePublisher:
             log.warning("netlink link watch stopped: %s (slices still resync every %ss)", exc, RESYNC_SECONDS)
         finally:
             ipr.close()
+
+
+def _dropped_sharing(sent: dict[str, Any], answer: dict[str, Any]) -> bool:
+    """The API server stored a device we offered for sharing without ``allowMultipleAllocations``
+    (it drops gated fields silently: resourceslice strategy, dropDisabledFields)."""
+    wanted = {d["name"] for d in sent["spec"]["devices"] if d.get("allowMultipleAllocations")}
+    if not wanted:
+        return False
+    kept = {d.get("name") for d in (answer.get("spec") or {}).get("devices") or [] if d.get("allowMultipleAllocations")}
+    return bool(wanted - kept)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import defaults
 from ..kube.validation import (
@@ -32,6 +32,7 @@ from ..kube.validation import (
     is_label_value,
 )
 from .nics import Nic
+from .sharing import EXCLUSIVE, SHARED, SLOTS, Sharing
 
 __all__ = [
     "API_VERSION",
@@ -39,8 +40,10 @@ __all__ = [
     "LABEL_NODE",
     "PCI_BUS_ID",
     "PCIE_ROOT",
+    "Offer",
     "build_slices",
     "device_for",
+    "offers",
     "device_name",
     "label_value",
     "slice_name",
@@ -201,6 +204,59 @@ def device_for(nic: Nic, *, domain: str = defaults.DRIVER, name: str | None = No
     return {"name": name if name is not None else device_name(nic.name), "attributes": attrs}
 
 
+# -- sharing --------------------------------------------------------------------------------------
+
+
+class Offer(NamedTuple):
+    """One device the node offers: its name, the NIC behind it, how it is shared."""
+
+    name: str
+    nic: Nic
+    mode: str  # sharing.EXCLUSIVE, SHARED or SLOTS
+    slot: int | None = None
+
+
+def offers(nics: Iterable[Nic], sharing: Sharing | None = None) -> list[Offer]:
+    """The devices for ``nics``: one per NIC, or ``sharing.slots`` per NIC in slots mode
+    (``<device name>-slot-<i>``).  None: every NIC exclusive.  Raises ValueError on duplicate
+    interface names or device names."""
+    nics = list(nics)
+    names = unique_device_names(nic.name for nic in nics)
+    out: list[Offer] = []
+    for nic in nics:
+        mode = sharing.mode(nic.name) if sharing else EXCLUSIVE
+        if mode != SLOTS:
+            out.append(Offer(names[nic.name], nic, mode))
+            continue
+        assert sharing is not None
+        for slot in range(sharing.slots):
+            suffix = f"-slot-{slot}"
+            out.append(Offer(names[nic.name][: DNS1123_LABEL_MAX - len(suffix)].rstrip("-") + suffix, nic, mode, slot))
+    if len({o.name for o in out}) != len(out):
+        raise ValueError("device names clash between a NIC and another NIC's slots; rename the NIC or use fewer slots")
+    return out
+
+
+def offered_device(offer: Offer, *, domain: str, sharing: Sharing) -> dict[str, Any]:
+    """The v1 Device for ``offer``: ``device_for`` plus the sharing attributes, and for a
+    shared NIC ``allowMultipleAllocations`` with the attachments capacity (a plain request
+    consumes one: its request policy's default and only valid value)."""
+    device = device_for(offer.nic, domain=domain, name=offer.name)
+    device["attributes"][f"{domain}/sharing"] = _string(offer.mode)
+    if offer.mode == SLOTS:
+        device["attributes"][f"{domain}/parent"] = _string(offer.nic.name)
+        device["attributes"][f"{domain}/slot"] = {"int": offer.slot}
+    elif offer.mode == SHARED:
+        device["allowMultipleAllocations"] = True
+        device["capacity"] = {
+            f"{domain}/attachments": {
+                "value": str(sharing.max_attachments),
+                "requestPolicy": {"default": "1", "validValues": ["1"]},
+            }
+        }
+    return device
+
+
 # -- slices ---------------------------------------------------------------------------------------
 
 
@@ -212,8 +268,10 @@ def build_slices(
     nics: list[Nic],
     generation: int,
     max_devices: int = SLICE_MAX_DEVICES,
+    sharing: Sharing | None = None,
 ) -> list[dict[str, Any]]:
-    """The ResourceSlices publishing ``nics`` as the pool of node ``node_name``.
+    """The ResourceSlices publishing ``nics`` as the pool of node ``node_name``, each NIC as
+    ``sharing`` says (``offers``; None: one exclusive device per NIC, no sharing attributes).
 
     Devices are sorted by name and split into ceil(n / max_devices) slices (one slice with no
     devices when ``nics`` is empty, so the pool still says "nothing here"); every slice carries
@@ -231,8 +289,12 @@ def build_slices(
     if isinstance(max_devices, bool) or not isinstance(max_devices, int) or not 1 <= max_devices <= SLICE_MAX_DEVICES:
         raise ValueError(f"max_devices {max_devices!r}: must be between 1 and {SLICE_MAX_DEVICES}")
 
-    names = unique_device_names(nic.name for nic in nics)
-    devices = sorted((device_for(nic, domain=driver, name=names[nic.name]) for nic in nics), key=lambda d: d["name"])
+    if sharing is None:
+        names = unique_device_names(nic.name for nic in nics)
+        unsorted = [device_for(nic, domain=driver, name=names[nic.name]) for nic in nics]
+    else:
+        unsorted = [offered_device(o, domain=driver, sharing=sharing) for o in offers(nics, sharing)]
+    devices = sorted(unsorted, key=lambda d: d["name"])
     chunks = [devices[i : i + max_devices] for i in range(0, len(devices), max_devices)] or [[]]
 
     labels = {LABEL_DRIVER: label_value(driver), LABEL_NODE: label_value(node_name)}

@@ -24,11 +24,13 @@ HOST_DEVICE = "host-device"
 
 
 class DeviceFacts(NamedTuple):
-    """What binding needs to know of the allocated device: the NIC behind it."""
+    """What binding needs to know of the allocated device: the NIC behind it, and whether the
+    node offers it to several claims (``shared`` or ``slots``; inventory/sharing.py)."""
 
     if_name: str
     pci_bus_id: str | None
     mac: str | None
+    sharing: str = "exclusive"
 
 
 #: Finds the NIC behind an allocated device (pool, device), None when this node has none.
@@ -51,10 +53,13 @@ def bind_to_device(
     label = f"{pool}/{device}"
     facts: list[DeviceFacts | None] = []  # looked up once, on first need
 
-    def nic(field: str) -> DeviceFacts:
+    def known() -> DeviceFacts | None:
         if not facts:
             facts.append(lookup(pool, device) if lookup is not None else None)
-        found = facts[0]
+        return facts[0]
+
+    def nic(field: str) -> DeviceFacts:
+        found = known()
         if found is None:
             raise ParameterError(
                 field,
@@ -72,8 +77,6 @@ def bind_to_device(
             elif tenant:
                 _same(plugin["master"], nic(f"{field}.master").if_name, f"{field}.master", label)
         elif kind == HOST_DEVICE:
-            if shared:
-                raise refuse(f"{field}.type", f"device {label} is shared (allocated with a shareID)", "exclusiveDevice")
             if not any(plugin.get(k) for k in ("device", "pciBusID", "hwaddr", "kernelpath")):
                 plugin["device"] = nic(f"{field}.device").if_name
             elif tenant:
@@ -86,9 +89,27 @@ def bind_to_device(
                             f"{field}.{key}",
                             label,
                         )
+            _whole_nic(kind, shared, known(), f"{field}.type", label)
     device_id = params["runtimeConfig"].get("deviceID")
     if tenant and device_id is not None:
         _same(device_id, nic(f"{where}.runtimeConfig.deviceID").pci_bus_id, f"{where}.runtimeConfig.deviceID", label)
+
+
+def _whole_nic(kind: str, share_id: bool, facts: DeviceFacts | None, field: str, label: str) -> None:
+    """A plugin that takes the whole NIC needs a device no other claim can be allocated."""
+    if share_id:
+        how = "allocated with a shareID: other claims share it"
+    elif facts is not None and facts.sharing != "exclusive":
+        how = f"one of the devices sharing NIC {facts.if_name} (offered as {facts.sharing})"
+    else:
+        return
+    raise refuse(
+        field,
+        f"{kind} moves the whole NIC, but device {label} is {how}; have the administrator offer the NIC "
+        f"exclusively (--nic-sharing {facts.if_name if facts else 'NIC'}=exclusive) and select it with "
+        f'device.attributes["<driver>"].sharing == "exclusive"',
+        "exclusiveDevice",
+    )
 
 
 def _same(named: Any, actual: str | None, field: str, label: str) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import defaults
+from ..inventory.sharing import Sharing
 from ..policy.config import TenantPolicy
 from . import signals
 
@@ -37,6 +38,7 @@ class ServiceOptions:
     plugins_dir: str = defaults.PLUGINS_DIR
     health_address: str = defaults.HEALTH_ADDRESS
     policy: TenantPolicy = field(default_factory=TenantPolicy)
+    sharing: Sharing = field(default_factory=Sharing)
     nic_include: list[str] = field(default_factory=list)
     nic_exclude: list[str] = field(default_factory=list)
     publish_slices: bool = True
@@ -92,6 +94,7 @@ class Service:
                 include=opts.nic_include or None,
                 exclude=opts.nic_exclude or None,
                 netns=opts.netns,
+                sharing=opts.sharing,
             )
             if opts.publish_slices
             else None
@@ -100,6 +103,7 @@ class Service:
             netns=opts.netns,
             offered=lambda nic: eligible(nic, opts.nic_include or None, opts.nic_exclude or None),
             published=self.slices.offered if self.slices is not None else None,
+            sharing=opts.sharing,
         )
         self.health = HealthServer(opts.health_address, self.ready) if opts.health_address else None
         self._threads: list[threading.Thread] = []
