@@ -1,9 +1,10 @@
 """``make demo``: dracni end to end without a cluster.
 
-A "host" network namespace stands in for the node (its NIC ``eth1`` is a veth), a "pod"
-namespace for the pod sandbox.  The administrator's DeviceClass defines a macvlan network; a
-ResourceClaim of that class, allocated ``eth1``, asks for it as ``net1`` (the default tenant
-policy: the claim chooses, the class defines); ``dracni prepare`` records it in the state dir; cnitool (the runtime) runs the node's
+A "host" network namespace stands in for the node (its NIC ``eth1`` is a veth), "pod"
+namespaces for three pod sandboxes.  The administrator's DeviceClass defines a macvlan network;
+three ResourceClaims of that class, each allocated the shared ``eth1`` with its own shareID,
+ask for it as ``net1`` (the default tenant policy: the claim chooses, the class defines);
+``dracni prepare`` records them in the state dir; cnitool (the runtime) runs the node's
 conflist — ptp for the primary interface, then dracni — so the pod gets ``eth0`` and ``net1``;
 ``dracni publish-status`` writes the claim's would-be ``status.devices``.  Then DEL, unprepare,
 and a check that nothing is left behind.
@@ -17,10 +18,10 @@ import uuid
 
 from tests.harness import Lab, attachment_params, claim_manifest, run, write_manifest
 
-POD_UID = str(uuid.uuid4())
+PODS = ("demo-a", "demo-b", "demo-c")  # three pods sharing the node's eth1
 
 
-def demo_claim(lab: Lab) -> dict:
+def demo_claim(lab: Lab, pod: str, pod_uid: str) -> dict:
     # The DeviceClass's network (administrator): no master, the allocated device fills it in.
     plugin = {
         "type": "macvlan",
@@ -30,13 +31,16 @@ def demo_claim(lab: Lab) -> dict:
     network = attachment_params([plugin], name="macvlan")
     # The claim's own config (tenant): which network interface name it wants, nothing more.
     choice = {"apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachment", "ifName": "net1"}
-    return claim_manifest(
-        "demo-macvlan",
-        pod_uid=POD_UID,
-        pod_name="demo",
+    claim = claim_manifest(
+        f"{pod}-net",
+        pod_uid=pod_uid,
+        pod_name=pod,
         devices=[{"request": "macvlan", "pool": "demo-node", "device": "eth1", "params": choice, "class": network}],
         source="FromClaim",
     )
+    # eth1 is offered for sharing (consumable capacity): each allocation carries its own shareID.
+    claim["status"]["allocation"]["devices"]["results"][0]["shareID"] = str(uuid.uuid4())
+    return claim
 
 
 def step(text: str) -> None:
@@ -53,38 +57,48 @@ def main() -> int:
     lab = Lab()
     try:
         state = f"--state-dir={lab.state_dir}"
+        nics = f"--nic-netns={lab.host.path}"
         step("node network: ptp (primary) chained with dracni")
         print(json.dumps(lab.write_conflist(), indent=2))
 
-        step("a ResourceClaim of the class's macvlan network, allocated eth1 and reserved for pod 'demo'")
-        manifest = write_manifest(lab.claims_dir, demo_claim(lab))
+        step("dracni inventory: the node's eth1, offered to many claims (consumable capacity)")
+        show(lab.dracni("inventory", nics, "--nic-include=eth1", "--node-name=demo-node"))
+
+        step("three ResourceClaims of the class's macvlan network, each allocated eth1 with its own shareID")
+        uids = {pod: str(uuid.uuid4()) for pod in PODS}
+        for pod in PODS:
+            manifest = write_manifest(lab.claims_dir, demo_claim(lab, pod, uids[pod]))
         print(manifest.read_text())
 
         step("dracni prepare (what NodePrepareResources does on a node)")
-        show(lab.dracni("prepare", str(lab.claims_dir), state, f"--nic-netns={lab.host.path}"))
+        show(lab.dracni("prepare", str(lab.claims_dir), state, nics))
 
-        step("runtime: cnitool add podnet <pod netns>")
-        pod = lab.pod("dracni-demo-pod")
-        show(lab.cnitool("add", pod, pod_uid=POD_UID))
+        step("runtime: cnitool add podnet <pod netns>, for each of the three pods")
+        sandboxes = {pod: lab.pod(f"dracni-{pod}") for pod in PODS}
+        for pod in PODS:
+            lab.cnitool("add", sandboxes[pod], pod_uid=uids[pod], pod_name=pod)
+            print(f"{pod}: {sandboxes[pod].exec('ip', '-br', 'addr', 'show', 'net1').stdout.decode().strip()}")
 
-        step("interfaces in the pod's network namespace")
-        show(pod.exec("ip", "-br", "addr", "show"))
-
-        step("dracni publish-status: the claim's status.devices")
+        step("dracni publish-status: each claim's status.devices entry, keyed by its shareID")
         show(lab.dracni("publish-status", str(lab.claims_dir), state))
-        status_files = sorted(lab.claims_dir.glob("*.status.json"))
-        for f in status_files:
-            print(f"--- {f.name}")
-            print(json.dumps(json.loads(f.read_text())["status"], indent=2))
+        for f in sorted(lab.claims_dir.glob("*.status.json")):
+            (entry,) = json.loads(f.read_text())["status"]["devices"]
+            print(f"{f.name}: device={entry['device']} shareID={entry['shareID']} {json.dumps(entry['networkData'])}")
 
         step("dracni inspect")
         show(lab.dracni("inspect", state))
 
-        step("runtime: cnitool del, then unprepare and publish the cleared status")
-        lab.cnitool("del", pod, pod_uid=POD_UID)
+        step("runtime: cnitool del of demo-a: the other two keep their net1")
+        lab.cnitool("del", sandboxes["demo-a"], pod_uid=uids["demo-a"], pod_name="demo-a")
+        for pod in PODS:
+            has_net1 = any(w.startswith(b"net1") for w in sandboxes[pod].exec("ip", "-br", "link").stdout.split())
+            print(f"{pod}: {'net1 still there' if has_net1 else 'no net1'}")
+
+        step("the rest: del, publish the cleared status, unprepare")
+        for pod in PODS[1:]:
+            lab.cnitool("del", sandboxes[pod], pod_uid=uids[pod], pod_name=pod)
         show(lab.dracni("publish-status", str(lab.claims_dir), state))
         show(lab.dracni("unprepare", str(lab.claims_dir), state))
-        show(pod.exec("ip", "-br", "link", "show"))
         left = sorted(p.name for p in lab.claims_dir.glob("*.status.json"))
         print(f"status files left: {left or 'none'}")
         records = sorted(

@@ -39,8 +39,11 @@ class ServiceProcess:
     outlived the service).
     """
 
-    def __init__(self, lab: Lab, api: FakeApiServer, kubeconfig: str | None = None) -> None:
+    def __init__(
+        self, lab: Lab, api: FakeApiServer, kubeconfig: str | None = None, extra_args: tuple[str, ...] = ()
+    ) -> None:
         self.lab = lab
+        self.extra_args = extra_args  # more options for kubelet-plugin (sharing, policy)
         self.api = api
         self.kubeconfig = kubeconfig or api.kubeconfig_path  # another one: e.g. through a proxy
         # Unix socket paths must stay under 108 bytes: a short dir under /tmp.
@@ -72,6 +75,7 @@ class ServiceProcess:
             "--nic-include=eth1",
             "--nic-include=eth2",
             "--nic-include=eth9",
+            *self.extra_args,
         ]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
@@ -181,6 +185,7 @@ def create_allocated_claim(
     annotations: dict | None = None,
     source: str = "FromClass",
     class_params: dict | None = None,
+    share_id: str | None = None,
 ) -> dict:
     """A claim as a user writes it, then allocated and reserved as the scheduler does.
 
@@ -210,7 +215,10 @@ def create_allocated_claim(
     )
     allocation = {
         "devices": {
-            "results": [{"request": "net", "driver": DRIVER, "pool": NODE, "device": device}],
+            "results": [
+                {"request": "net", "driver": DRIVER, "pool": NODE, "device": device}
+                | ({"shareID": share_id, "consumedCapacity": {f"{DRIVER}/attachments": "1"}} if share_id else {})
+            ],
             "config": [*class_config, {"source": source, "requests": ["net"], "opaque": opaque}],
         },
         "nodeSelector": {

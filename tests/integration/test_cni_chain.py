@@ -125,7 +125,11 @@ def test_bridge_claim(lab, pod_uid):
 def test_host_device_claim_moves_the_nic_in_and_back(lab, pod_uid):
     lab.write_conflist()
     ip("addr", "add", "192.168.77.7/24", "dev", "eth2", netns=lab.host.name)
-    lab.prepare(one_device_claim("hd", pod_uid, [{"type": "host-device", "device": "eth2"}], device="eth2"))
+    # host-device takes the whole NIC: the administrator offers eth2 exclusively
+    lab.prepare(
+        one_device_claim("hd", pod_uid, [{"type": "host-device", "device": "eth2"}], device="eth2"),
+        args=("--nic-sharing=eth2=exclusive",),
+    )
     pod = lab.pod()
     lab.cnitool("add", pod, pod_uid=pod_uid)
     assert "net1" in pod.links() and "eth2" not in lab.host.links()

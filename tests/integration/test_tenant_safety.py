@@ -293,7 +293,7 @@ def test_deploy_examples_work_under_the_default_policy(lab, pod_uid):
     ]
     for claim in claims:
         write_manifest(lab.claims_dir, claim)
-    lab.prepare()
+    lab.prepare(args=("--nic-sharing=eth2=exclusive",))  # as the DaemonSet's comment says for passthrough NICs
     pod = lab.pod()
     lab.cnitool("add", pod, pod_uid=pod_uid)
     links = pod.links()

@@ -1,0 +1,142 @@
+"""Many pods on one NIC (issue 10): 15 pods share eth1 through 15 claims, through the fake
+kubelet, the frozen service and Debian's plugins, with the NIC offered as one shared device
+(consumable capacity: each allocation has its own shareID) or as slots (one device each)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests.harness import Lab
+from tests.integration.conftest import addresses
+from tests.integration.service import (
+    DRIVER,
+    ServiceProcess,
+    claim_ref,
+    create_allocated_claim,
+    macvlan_params,
+    new_pod_uid,
+    our_status,
+    wait_for,
+)
+
+PODS = 15
+CHOICE = {"apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachment", "ifName": "net1"}
+
+
+def class_network(lab: Lab) -> dict:
+    """The administrator's macvlan network: no master, the allocated device binds it."""
+    network = macvlan_params(lab, subnet="10.10.0.0/24", network="macvlan")
+    del network["config"]["plugins"][0]["master"]
+    return network
+
+
+@pytest.fixture
+def lab(tmp_path):
+    world = Lab(base=tmp_path, nics=("eth1", "eth2"))
+    try:
+        world.write_conflist()
+        yield world
+    finally:
+        world.close()
+
+
+def start_service(lab, api, *args: str) -> ServiceProcess:
+    service = ServiceProcess(lab, api, extra_args=args)
+    service.start()
+    return service
+
+
+def published_devices(api) -> dict[str, dict]:
+    return {d["name"]: d for s in api.list_slices() for d in s["spec"]["devices"]}
+
+
+def share_eth1(lab, api, service, devices: list[tuple[str, str | None]]) -> list[tuple[dict, str, object]]:
+    """One claim per (device, shareID), each reserved for its own pod; prepared and ADDed."""
+    pods = []
+    for index, (device, share_id) in enumerate(devices):
+        pod_uid = new_pod_uid()
+        claim = create_allocated_claim(
+            api, f"net-{index}", pod_uid, CHOICE, source="FromClaim", class_params=class_network(lab),
+            device=device, share_id=share_id, pod_name=f"pod-{index}",
+        )  # fmt: skip
+        pods.append((claim, pod_uid, lab.pod()))
+    answers = service.kubelet.prepare([claim_ref(c) for c, _, _ in pods])
+    assert not [a.error for a in answers.values() if a.error]
+    for _claim, pod_uid, pod in pods:
+        lab.cnitool("add", pod, pod_uid=pod_uid)
+    return pods
+
+
+def assert_fifteen_then_fourteen(lab, api, pods, key) -> None:
+    ips = [addresses(pod.links(), "net1") for _, _, pod in pods]
+    assert all(len(i) == 1 for i in ips) and len({i[0] for i in ips}) == PODS, ips
+    for claim, _, _ in pods:
+        (entry,) = wait_for(lambda c=claim: our_status(api, c), 2.0, "the claim's status entry")[0]
+        assert key(entry) == key(claim["status"]["allocation"]["devices"]["results"][0])
+        assert entry["conditions"][0]["status"] == "True"
+    first_claim, first_uid, first_pod = pods[0]
+    lab.cnitool("del", first_pod, pod_uid=first_uid)
+    wait_for(lambda: not our_status(api, first_claim), 2.0, "the first pod's entry to be retracted")
+    for claim, _, pod in pods[1:]:
+        assert addresses(pod.links(), "net1"), "another pod's DEL took this pod's net1"
+        assert our_status(api, claim), "another pod's DEL retracted this claim's entry"
+    for _, pod_uid, pod in pods[1:]:
+        lab.cnitool("del", pod, pod_uid=pod_uid)
+
+
+def test_fifteen_pods_share_eth1_through_consumable_capacity(lab, api):
+    service = start_service(lab, api)
+    try:
+        device = published_devices(api)["eth1"]
+        assert device["allowMultipleAllocations"] is True
+        shares = [("eth1", str(uuid.uuid4())) for _ in range(PODS)]
+        pods = share_eth1(lab, api, service, shares)
+        assert_fifteen_then_fourteen(lab, api, pods, key=lambda e: (e["device"], e["shareID"]))
+    finally:
+        service.close()
+
+
+def test_fifteen_pods_share_eth1_through_slots(lab, api):
+    service = start_service(lab, api, "--nic-sharing=eth1=slots")
+    try:
+        devices = published_devices(api)
+        assert {f"eth1-slot-{i}" for i in range(16)} <= set(devices)
+        assert devices["eth1-slot-3"]["attributes"][f"{DRIVER}/parent"] == {"string": "eth1"}
+        pods = share_eth1(lab, api, service, [(f"eth1-slot-{i}", None) for i in range(PODS)])
+        assert_fifteen_then_fourteen(lab, api, pods, key=lambda e: (e["device"], e.get("shareID")))
+    finally:
+        service.close()
+
+
+def test_host_device_on_a_shared_nic_is_refused_and_the_nic_stays(lab, api):
+    service = start_service(lab, api)
+    try:
+        network = {"apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachment", "config": {
+            "cniVersion": "1.0.0", "name": "passthrough", "plugins": [{"type": "host-device"}]}}  # fmt: skip
+        claim = create_allocated_claim(api, "whole", new_pod_uid(), network, device="eth1", share_id=str(uuid.uuid4()))
+        error = service.kubelet.prepare([claim_ref(claim)])[claim["metadata"]["uid"]].error
+        assert "host-device moves the whole NIC" in error and "(rule exclusiveDevice: " in error
+        assert "--nic-sharing eth1=exclusive" in error
+        assert "eth1" in lab.host.links()
+    finally:
+        service.close()
+
+
+def test_host_device_on_an_exclusive_nic_works(lab, api, pod_uid=None):
+    service = start_service(lab, api, "--nic-sharing=eth2=exclusive")
+    try:
+        assert "allowMultipleAllocations" not in published_devices(api)["eth2"]
+        network = {"apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachment", "ifName": "data0", "config": {
+            "cniVersion": "1.0.0", "name": "passthrough", "plugins": [{"type": "host-device"}]}}  # fmt: skip
+        pod_uid = new_pod_uid()
+        claim = create_allocated_claim(api, "whole", pod_uid, network, device="eth2")
+        assert not service.kubelet.prepare([claim_ref(claim)])[claim["metadata"]["uid"]].error
+        pod = lab.pod()
+        lab.cnitool("add", pod, pod_uid=pod_uid)
+        assert "data0" in pod.links() and "eth2" not in lab.host.links()
+        lab.cnitool("del", pod, pod_uid=pod_uid)
+        assert "eth2" in lab.host.links()
+    finally:
+        service.close()
