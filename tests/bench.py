@@ -7,7 +7,9 @@
 the onedir bundle against a onefile build of the same code (exec of VERSION); and, with the
 kubelet plugin service running against the test API server:
 (d) NodePrepareResources of 32 claims with a warm claim cache (fake kubelet over gRPC);
-(e) the time from a CNI ADD returning to its status.devices entry being visible in the API.
+(e) the time from a CNI ADD returning to its status.devices entry being visible in the API;
+(f) 15 pods sharing eth1 (15 claims, one shareID each): the ADD of the 15th pod against the
+    first, interleaved per round (no growth with the attachments already on the parent).
 
 Targets (a) <= 30 ms, (b) <= 40 ms, (d) <= 50 ms, (e) p50 <= 250 ms on a 2-core machine.  Everything runs inside a
 throwaway "host" network namespace; the process re-executes itself there so that the timed
@@ -46,7 +48,9 @@ def timed(cmd: list[str], env: dict, stdin: bytes) -> float:
     return elapsed
 
 
-def cni_env(lab: Lab, command: str, netns: str, container_id: str, ifname: str = "eth0") -> dict:
+def cni_env(
+    lab: Lab, command: str, netns: str, container_id: str, ifname: str = "eth0", pod_uid: str = POD_UID
+) -> dict:
     env = dict(os.environ)
     env.update(
         {
@@ -55,7 +59,7 @@ def cni_env(lab: Lab, command: str, netns: str, container_id: str, ifname: str =
             "CNI_NETNS": netns,
             "CNI_IFNAME": ifname,
             "CNI_PATH": str(lab.bin_dir),
-            "CNI_ARGS": f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=bench;K8S_POD_UID={POD_UID}",
+            "CNI_ARGS": f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=bench;K8S_POD_UID={pod_uid}",
         }
     )
     return env
@@ -119,6 +123,8 @@ def inner(base: str) -> None:
         direct.append(timed(macvlan_bin, cni_env(lab, "ADD", pod_path, cid, "net1"), json.dumps(direct_conf).encode()))
         timed(macvlan_bin, cni_env(lab, "DEL", pod_path, cid, "net1"), json.dumps(direct_conf).encode())
 
+    f_first, f_last = shared_nic_bench(lab, dracni, add_stdin, del_stdin, macvlan)
+
     a, c = median_ms(passthrough), median_ms(tuning)
     b_total, b_direct = median_ms(with_claim), median_ms(direct)
     b = b_total - b_direct
@@ -136,6 +142,44 @@ def inner(base: str) -> None:
         f"ratios: (a)/(c) = {a / c:.1f}x   (b total)/(direct) = {b_total / b_direct:.2f}x   "
         f"(b overhead)/(a) = {b / a:.2f}x"
     )
+    print(
+        f"(f) 15 pods sharing eth1: ADD of the 1st {f_first:7.2f} ms, of the 15th {f_last:7.2f} ms "
+        f"({f_last / f_first:.2f}x)"
+    )
+
+
+SHARING_PODS = 15
+
+
+def shared_nic_bench(lab: Lab, dracni: str, add_stdin: bytes, del_stdin: bytes, macvlan: dict) -> tuple[float, float]:
+    """ADD pods 1..15 in order, each with its own claim on eth1 (its own shareID), then DEL all;
+    the medians of the 1st and the 15th ADD over the rounds."""
+    params = attachment_params(
+        [dict(macvlan, ipam=dict(macvlan["ipam"], subnet="10.60.0.0/16"))], name="shared", if_name="net1"
+    )
+    pods = []
+    for k in range(SHARING_PODS):
+        uid = f"cccccccc-0000-4000-8000-{k:012d}"
+        claim = claim_manifest(
+            f"shared-{k}", pod_uid=uid, pod_name=f"shared-{k}",
+            devices=[{"request": "net", "pool": "node", "device": "eth1", "params": params}],
+        )  # fmt: skip
+        claim["status"]["allocation"]["devices"]["results"][0]["shareID"] = str(uuid.uuid4())
+        pod = lab.pod(f"dracni-bench-share{k}")
+        pod.exec("ip", "link", "add", "eth0", "type", "veth", "peer", "name", "peer0")
+        pods.append((uid, pod.path, claim))
+    lab.prepare(*(claim for _, _, claim in pods))
+    first, last = [], []
+    for r in range(max(5, ROUNDS // 4)):
+        for k, (uid, path, _) in enumerate(pods):
+            took = timed([dracni], cni_env(lab, "ADD", path, f"s{r}-{k}", pod_uid=uid), add_stdin)
+            if k == 0:
+                first.append(took)
+            elif k == SHARING_PODS - 1:
+                last.append(took)
+        for k, (uid, path, _) in enumerate(pods):
+            timed([dracni], cni_env(lab, "DEL", path, f"s{r}-{k}", pod_uid=uid), del_stdin)
+    return median_ms(first), median_ms(last)
 
 
 def service_bench(base: str) -> None:

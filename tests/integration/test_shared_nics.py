@@ -140,3 +140,39 @@ def test_host_device_on_an_exclusive_nic_works(lab, api, pod_uid=None):
         assert "eth2" in lab.host.links()
     finally:
         service.close()
+
+
+def test_dracni_inventory_shows_each_mode(lab):
+    """What the node offers, without a cluster: the service's code and options."""
+    import yaml
+
+    def inventory(*args: str) -> dict[str, dict]:
+        proc = lab.dracni(
+            "inventory",
+            f"--nic-netns={lab.host.path}",
+            "--nic-include=eth1",
+            "--nic-include=eth2",
+            "--node-name=n1",
+            *args,
+        )
+        (piece,) = list(yaml.safe_load_all(proc.stdout))
+        assert piece["kind"] == "ResourceSlice" and piece["spec"]["nodeName"] == "n1"
+        return {d["name"]: d for d in piece["spec"]["devices"]}
+
+    shared = inventory("--nic-sharing=eth2=exclusive")
+    assert shared["eth1"]["allowMultipleAllocations"] is True
+    assert shared["eth1"]["capacity"][f"{DRIVER}/attachments"]["requestPolicy"] == {
+        "default": "1",
+        "validValues": ["1"],
+    }
+    assert shared["eth2"]["attributes"][f"{DRIVER}/sharing"] == {"string": "exclusive"}
+    assert "allowMultipleAllocations" not in shared["eth2"]
+
+    slots = inventory("--nic-sharing=eth2=exclusive", "--without-consumable-capacity", "--nic-slots=4")
+    assert sorted(slots) == ["eth1-slot-0", "eth1-slot-1", "eth1-slot-2", "eth1-slot-3", "eth2"]
+
+    exclusive = inventory("--nic-sharing=*=exclusive")
+    assert sorted(exclusive) == ["eth1", "eth2"] and not any("capacity" in d for d in exclusive.values())
+
+    bad = lab.dracni("inventory", "--nic-sharing=eth1", check=False)
+    assert bad.returncode == 1 and b"write GLOB=MODE" in bad.stderr
