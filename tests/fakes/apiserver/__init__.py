@@ -20,6 +20,10 @@ kube-apiserver that dracni uses (``docs/contracts.md`` sections 3-5), with the r
   WG's IPAMClaim for sticky IPs; only with ``FakeApiServer(ipamclaims=True)``): CRUD, watch, and
   the ``status`` subresource (``PUT``, merge patch, simple server-side apply), pruned and validated
   like the upstream CRD (``spec/crds/ipamclaims.k8s.cni.cncf.io.yaml``), ``status.ips`` as CIDRs.
+- Feature gates (``FakeApiServer(feature_gates={...})``, ``set_feature_gate``): for now
+  ``DRAConsumableCapacity`` (on by default, as from 1.36): while it is off, its fields are dropped
+  silently from slices, claim specs and claim status, as the registry strategies'
+  ``dropDisabledFields`` do.
 - ``/version``, ``/api``, ``/api/v1``, ``/apis``, ``/apis/resource.k8s.io[/v1]``,
   ``/apis/k8s.cni.cncf.io[/v1alpha1]`` (when installed): discovery.
 
@@ -47,7 +51,10 @@ The package, one job a module:
 - Server-side apply: ``managed_fields.py`` (ownership, ``managedFields``), ``apply.py`` (apply
   bodies, conflicts, ``force``).
 - Resources: ``resources.py`` (the table), ``claims.py``, ``slices.py``, ``core.py`` (nodes and
-  namespaces), ``ipamclaims.py`` with ``ipamclaim_schema.py``; ``names.py`` (name rules).
+  namespaces), ``ipamclaims.py`` with ``ipamclaim_schema.py``; ``names.py`` (name rules),
+  ``quantity.py`` (``resource.Quantity``).
+- Feature gates: ``features.py`` (the gates), ``consumable_capacity.py`` (KEP-5075: what is
+  dropped while the gate is off, request policy and shareID validation).
 - ``dracni_rules.py``: the only imports from dracni.
 """
 

@@ -1,9 +1,11 @@
 """``resource.k8s.io/v1`` ResourceClaims: the generic verbs with ``spec`` immutable and
 ``status`` dropped on create, and the ``status`` subresource: ``PUT``, merge patches (which
 replace the whole ``devices`` list, as the real server's do) and server-side apply of
-``status.devices``.  Status writes go through Go's round trip (``normalize_status``) and
-``validateResourceClaimStatusUpdate`` (422).  Test helpers: ``create_claim``, ``get_claim``,
-``list_claims``, ``set_claim_allocation`` (the scheduler's write), ``delete_claim``."""
+``status.devices``.  Status writes go through the strategy's ``dropDisabledStatusFields``
+(``consumable_capacity.py``), Go's round trip (``normalize_status``) and
+``validateResourceClaimStatusUpdate`` (422); spec writes through ``dropDisabledSpecFields``.
+Test helpers: ``create_claim``, ``get_claim``, ``list_claims``, ``set_claim_allocation`` (the
+scheduler's write), ``delete_claim``."""
 
 from __future__ import annotations
 
@@ -12,9 +14,11 @@ import copy
 from typing import Any
 
 from .apply import apply_devices, check_applied_object
+from .consumable_capacity import allocation_errors, drop_claim_spec_fields, drop_claim_status_fields
 from .core import ensure_namespace
 from .dracni_rules import fe, format_rfc3339, parse_rfc3339, validate_status_devices
 from .errors import ApiStatusError, already_exists, bad_request, invalid
+from .features import FeatureGates
 from .managed_fields import (
     Bookkeeping,
     DeviceKey,
@@ -94,12 +98,20 @@ def validate_claim_status(status: Obj, old: Obj) -> list[str]:
             errs.append(fe.too_many("status.reservedFor", len(reserved), 256))
         if reserved and not status.get("allocation"):
             errs.append(fe.forbidden("status.reservedFor", "may not be specified when `allocated` is not set"))
-    if old.get("allocation") and status.get("allocation") and not json_equal(old["allocation"], status["allocation"]):
-        errs.append(fe.invalid("status.allocation", "<value omitted>", "field is immutable"))
+    if old.get("allocation") and status.get("allocation"):
+        if not json_equal(old["allocation"], status["allocation"]):
+            errs.append(fe.invalid("status.allocation", "<value omitted>", "field is immutable"))
+    elif status.get("allocation"):
+        errs.extend(allocation_errors(status))  # validateAllocationResult: only a new allocation
     return errs
 
 
 # -- the main resource ------------------------------------------------------------------------
+def _drop_disabled_spec(new: Obj, old: Obj | None, gates: FeatureGates) -> None:
+    """resourceclaim/strategy.go ``dropDisabledSpecFields`` (``PrepareForCreate``/``PrepareForUpdate``)."""
+    drop_claim_spec_fields(new.get("spec"), (old or {}).get("spec"), gates)
+
+
 def _prepare_create(obj: Obj) -> tuple[Obj, list[str]]:
     obj.pop("status", None)  # PrepareForCreate clears the status
     return obj, []
@@ -113,7 +125,9 @@ def _prepare_update(new: Obj, current: Obj) -> tuple[Obj, list[str]]:
 
 # -- the status subresource -------------------------------------------------------------------
 def _commit_status(store: Store, namespace: str, name: str, current: Obj, status: Obj, book: Bookkeeping) -> Obj:
-    """Validate the claim's new status and store it (unless nothing changed)."""
+    """The status strategy's ``PrepareForUpdate`` (``dropDisabledStatusFields``), then validate the
+    claim's new status and store it (unless nothing changed)."""
+    drop_claim_status_fields(status, current, store.gates)
     status = normalize_status(status)
     errs = validate_claim_status(status, current.get("status") or {})
     if errs:
@@ -226,7 +240,13 @@ def apply_status(store: Store, namespace: str, name: str, body: Any, manager: st
         return _commit_status(store, namespace, name, current, cur_status, book)
 
 
-KIND = Kind(CLAIMS, _prepare_create, _prepare_update, StatusOps(put_status, patch_status, apply_status))
+KIND = Kind(
+    CLAIMS,
+    _prepare_create,
+    _prepare_update,
+    StatusOps(put_status, patch_status, apply_status),
+    drop_disabled=_drop_disabled_spec,
+)
 
 
 class ClaimHelpers:
@@ -235,8 +255,16 @@ class ClaimHelpers:
     _store: Store
 
     def create_claim(self, obj: Obj) -> Obj:
-        """Store a ResourceClaim as given (status included, unvalidated); creates its namespace."""
+        """Store a ResourceClaim as given (status included, unvalidated); creates its namespace.
+
+        The feature gates apply as to a create followed by a status write: fields of a disabled
+        gate are dropped from the spec, and from the status unless the (dropped) spec uses them.
+        """
         obj = copy.deepcopy(obj)
+        gates = self._store.gates
+        _drop_disabled_spec(obj, None, gates)
+        if isinstance(obj.get("status"), dict):
+            drop_claim_status_fields(obj["status"], {k: v for k, v in obj.items() if k != "status"}, gates)
         meta = obj.setdefault("metadata", {})
         namespace = meta.get("namespace") or "default"
         meta["namespace"] = namespace
@@ -266,7 +294,10 @@ class ClaimHelpers:
         """Write ``status.allocation``/``reservedFor`` as the scheduler does (MODIFIED event).
 
         ``allocation=None`` deallocates; ``status.devices`` is then cleared too (as the
-        resourceclaim controller does) unless ``clear_devices=False``.
+        resourceclaim controller does) unless ``clear_devices=False``.  As for the scheduler's
+        status write, fields of a disabled gate are dropped (``shareID``/``consumedCapacity`` of
+        the results while ``DRAConsumableCapacity`` is off, unless the claim already uses them)
+        and a new allocation's ``shareID``s must be UUIDs (422); otherwise unvalidated.
         """
         with self._store.lock:
             old = self._store.require(CLAIMS, namespace, name)
@@ -277,6 +308,11 @@ class ClaimHelpers:
                     status.pop("devices", None)
             else:
                 status["allocation"] = copy.deepcopy(allocation)
+            drop_claim_status_fields(status, old, self._store.gates)
+            if allocation is not None and not (old.get("status") or {}).get("allocation"):
+                errs = allocation_errors(status)
+                if errs:
+                    raise invalid(CLAIMS, name, errs)
             if reserved_for:
                 status["reservedFor"] = copy.deepcopy(reserved_for)
             else:

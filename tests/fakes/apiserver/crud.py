@@ -1,7 +1,8 @@
 """The generic verbs on a main resource (not a subresource): create, update (``PUT``), merge
 patch, delete (with preconditions and finalizers) and deletecollection.  A resource's own rules
-come in through its ``Kind`` (``prepare_create``/``prepare_update``); ``metadata.generation``
-follows ``spec`` where the resource keeps one.  Call with ``Store.lock`` held where noted."""
+come in through its ``Kind`` (``drop_disabled`` with the store's feature gates, then
+``prepare_create``/``prepare_update``); ``metadata.generation`` follows ``spec`` where the
+resource keeps one.  Call with ``Store.lock`` held where noted."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ def create(store: Store, kind: Kind, namespace: str, obj: Obj, mid: ManagerId) -
         errs = dns_subdomain_errors("metadata.name", name)
         if errs:
             raise invalid(res, name, errs)
+    kind.drop_disabled(obj, None, store.gates)
     obj, errs = kind.prepare_create(obj)
     if errs:
         raise invalid(res, name, errs)
@@ -76,6 +78,7 @@ def update(store: Store, kind: Kind, namespace: str, name: str, obj: Obj, mid: M
         new["status"] = copy.deepcopy(current["status"])
     else:
         new.pop("status", None)
+    kind.drop_disabled(new, current, store.gates)
     new, errs = kind.prepare_update(new, current)
     new_meta = new["metadata"]
     if res.generation and not json_equal(new.get("spec"), current.get("spec")):

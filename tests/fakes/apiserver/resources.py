@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .features import FeatureGates
     from .managed_fields import ManagerId
     from .store import Store
 
@@ -117,12 +118,21 @@ PrepareCreate = Callable[[Obj], tuple[Obj, list[str]]]
 PrepareUpdate = Callable[[Obj, Obj], tuple[Obj, list[str]]]
 
 
+#: ``(new, old or None, gates)``: a strategy's ``dropDisabledFields`` (fields of disabled feature
+#: gates removed from ``new`` in place, unless ``old`` uses them), run before the rules above.
+DropDisabled = Callable[[Obj, "Obj | None", "FeatureGates"], None]
+
+
 def _as_is(obj: Obj) -> tuple[Obj, list[str]]:
     return obj, []
 
 
 def _as_is_update(new: Obj, current: Obj) -> tuple[Obj, list[str]]:
     return new, []
+
+
+def _drop_nothing(new: Obj, old: Obj | None, gates: FeatureGates) -> None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -142,3 +152,4 @@ class Kind:
     prepare_create: PrepareCreate = _as_is
     prepare_update: PrepareUpdate = _as_is_update
     status: StatusOps | None = None
+    drop_disabled: DropDisabled = _drop_nothing

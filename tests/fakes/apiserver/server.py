@@ -10,13 +10,14 @@ import secrets
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Self
 
 import yaml
 
 from .claims import ClaimHelpers
 from .core import NodesAndNamespaces
+from .features import FeatureGates
 from .http_layer import Handler, HttpFrontend, Injected, RecordedRequest, RequestAttributes, Server
 from .ipamclaims import IpamClaimHelpers
 from .slices import SliceHelpers
@@ -26,8 +27,8 @@ from .store import Store
 class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers, IpamClaimHelpers):
     """A kube-apiserver double for ResourceClaims, ResourceSlices, Nodes, Namespaces (and IPAMClaims).
 
-    ``FakeApiServer(directory=None, token=None, other_token=None, history_limit=1000)``; use as a
-    context manager or call ``start()`` and ``close()``.  ``kubeconfig_path`` points the real client
+    ``FakeApiServer(directory=None, token=None, other_token=None, history_limit=1000,
+    feature_gates=None)``; use as a context manager or call ``start()`` and ``close()``.  ``kubeconfig_path`` points the real client
     at it (``kubernetes.config.load_kube_config(config_file=...)``); ``other_kubeconfig_path`` does
     the same with ``other_token`` (user ``other_user``); ``write_kubeconfig(path, token)`` makes more.
 
@@ -55,6 +56,15 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
     ``list_ipamclaims``, ``set_ipamclaim_status`` (another controller's status write),
     ``delete_ipamclaim``, ``install_ipamclaims``/``uninstall_ipamclaims``.
 
+    Feature gates (``features.py``): ``feature_gates={"DRAConsumableCapacity": False}`` starts the
+    server with a gate off (default: on, as from Kubernetes 1.36; an unknown name is a
+    ``ValueError``); ``set_feature_gate(name, enabled)`` flips one later (an upgrade or a downgrade:
+    stored objects keep what they have), ``feature_gates`` reads them.  With
+    ``DRAConsumableCapacity`` off, writes silently lose ``allowMultipleAllocations`` and capacity
+    ``requestPolicy`` (slices), ``distinctAttribute`` and request ``capacity`` (claim specs), and
+    ``shareID``/``consumedCapacity`` (claim status, ``set_claim_allocation`` included), unless the
+    stored object already uses them; with it on, request policies are validated (422).
+
     Not implemented (answered 400/405/415 rather than faked): JSON patch, apply outside
     ``resourceclaims/status`` and ``ipamclaims/status``, ``dryRun``; ignored:
     ``limit``/``continue`` (everything is returned at once), ``resourceVersion``/
@@ -74,6 +84,7 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
         default_watch_timeout: float = 1800.0,
         namespaces: Iterable[str] = ("default", "kube-system"),
         ipamclaims: bool = False,
+        feature_gates: Mapping[str, bool] | None = None,
     ) -> None:
         self._own_dir = directory is None
         self.directory = str(directory) if directory is not None else tempfile.mkdtemp(prefix="fake-apiserver-")
@@ -83,7 +94,7 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
         self.users: dict[str, str] = {self.token: user, self.other_token: other_user}
         self.user = user
         self.other_user = other_user
-        self._store = Store(history_limit)
+        self._store = Store(history_limit, FeatureGates(feature_gates))
         self.bookmark_interval = bookmark_interval
         self.default_watch_timeout = default_watch_timeout
         #: ``authorizer(RequestAttributes) -> bool``; None allows everything.
@@ -101,6 +112,16 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
         self._ipamclaims = bool(ipamclaims)
         for namespace in namespaces:
             self.add_namespace(namespace)
+
+    @property
+    def feature_gates(self) -> dict[str, bool]:
+        """Every known feature gate and whether it is on."""
+        return self._store.gates.as_dict()
+
+    def set_feature_gate(self, name: str, enabled: bool) -> None:
+        """Turn a gate on or off from now on (``ValueError`` for an unknown gate)."""
+        with self._store.lock:
+            self._store.gates.set(name, enabled)
 
     @property
     def history_limit(self) -> int:

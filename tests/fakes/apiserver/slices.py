@@ -1,7 +1,10 @@
 """``resource.k8s.io/v1`` ResourceSlices (cluster-scoped): the generic verbs with the spec
 validated as ``ValidateResourceSlice``/``ValidateResourceSliceUpdate`` do (422; pool, driver and
-node immutable), field selectors ``spec.nodeName``, ``spec.driver``, ``metadata.name``.  Test
-helpers: ``create_slice``, ``get_slice``, ``list_slices``, ``delete_all_slices``."""
+node immutable), field selectors ``spec.nodeName``, ``spec.driver``, ``metadata.name``.
+Capacity quantities are decoded (400) and stored in canonical form; ``dropDisabledFields`` runs
+before validation (``consumable_capacity.py``: ``allowMultipleAllocations`` and request policies
+go while ``DRAConsumableCapacity`` is off).  Test helpers: ``create_slice``, ``get_slice``,
+``list_slices``, ``delete_all_slices``."""
 
 from __future__ import annotations
 
@@ -10,7 +13,9 @@ import re
 from typing import Any
 
 from . import crud
+from .consumable_capacity import capacity_errors, decode_slice_capacities, drop_slice_fields
 from .dracni_rules import fe
+from .features import FeatureGates
 from .names import (
     dns_label_errors,
     dns_subdomain_errors,
@@ -109,11 +114,14 @@ def validate_slice(obj: Obj, old: Obj | None = None) -> list[str]:
             apath = key_path(f"{path}.attributes", name)
             errs.extend(qualified_name_errors(apath, name))
             errs.extend(_attribute_errors(apath, attribute))
+        allow_multiple = device.get("allowMultipleAllocations") is True
         for name, value in capacity.items():
             cpath = key_path(f"{path}.capacity", name)
             errs.extend(qualified_name_errors(cpath, name))
             if not isinstance(value, dict) or value.get("value") in (None, ""):
                 errs.append(fe.required(f"{cpath}.value"))
+            else:
+                errs.extend(capacity_errors(cpath, value, allow_multiple))
         combined = len(attributes) + len(capacity)
         if combined > 32:
             errs.append(fe.invalid(path, combined, "the total number of attributes and capacities must not exceed 32"))
@@ -155,6 +163,13 @@ def _attribute_errors(path: str, attribute: Any) -> list[str]:
     return errs
 
 
+def _drop_disabled(new: Obj, old: Obj | None, gates: FeatureGates) -> None:
+    """Decoding first (a capacity quantity that does not parse is a 400), then the strategy's
+    ``dropDisabledFields`` (resourceslice/strategy.go; ``PrepareForCreate``/``PrepareForUpdate``)."""
+    decode_slice_capacities(new)
+    drop_slice_fields(new, old, gates)
+
+
 def _prepare_create(obj: Obj) -> tuple[Obj, list[str]]:
     return obj, validate_slice(obj)
 
@@ -163,7 +178,7 @@ def _prepare_update(new: Obj, current: Obj) -> tuple[Obj, list[str]]:
     return new, validate_slice(new, current)
 
 
-KIND = Kind(SLICES, _prepare_create, _prepare_update)
+KIND = Kind(SLICES, _prepare_create, _prepare_update, drop_disabled=_drop_disabled)
 
 
 class SliceHelpers:

@@ -19,6 +19,7 @@ from typing import Any
 
 from .dracni_rules import now_rfc3339
 from .errors import STALE, already_exists, conflict, not_found
+from .features import FeatureGates
 from .managed_fields import Bookkeeping, ManagerId, record_update_ownership, same_ownership
 from .objects import json_equal
 from .resources import RESOURCES, Obj, Resource
@@ -37,8 +38,10 @@ class Event:
 
 
 class Store:
-    def __init__(self, history_limit: int) -> None:
+    def __init__(self, history_limit: int, gates: FeatureGates | None = None) -> None:
         self.history_limit = history_limit
+        #: The server's feature gates, which the resources' rules consult.
+        self.gates = gates or FeatureGates()
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         self.rv = 0
