@@ -250,11 +250,21 @@ def offered_device(offer: Offer, *, domain: str, sharing: Sharing) -> dict[str, 
         device["allowMultipleAllocations"] = True
         device["capacity"] = {
             f"{domain}/attachments": {
-                "value": str(sharing.max_attachments),
+                "value": canonical_count(sharing.max_attachments),
                 "requestPolicy": {"default": "1", "validValues": ["1"]},
             }
         }
     return device
+
+
+def canonical_count(n: int) -> str:
+    """``n`` as the API server writes a DecimalSI quantity back (1000 -> "1k", 1500 -> "1500"),
+    so a slice read back compares equal to the one written (resource.Quantity's canonical form)."""
+    for suffix in ("E", "P", "T", "G", "M", "k"):
+        scale = 1000 ** ("kMGTPE".index(suffix) + 1)
+        if n and n % scale == 0:
+            return f"{n // scale}{suffix}"
+    return str(n)
 
 
 # -- slices ---------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ kubelet, the frozen service and Debian's plugins, with the NIC offered as one sh
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -176,3 +177,45 @@ def test_dracni_inventory_shows_each_mode(lab):
 
     bad = lab.dracni("inventory", "--nic-sharing=eth1", check=False)
     assert bad.returncode == 1 and b"write GLOB=MODE" in bad.stderr
+
+
+@pytest.fixture
+def api_without_consumable_capacity(tmp_path):
+    """An API server of 1.34/1.35: DRAConsumableCapacity off, its fields dropped silently."""
+    from tests.fakes.apiserver import FakeApiServer
+    from tests.integration.service import NODE
+
+    server = FakeApiServer(
+        tmp_path / "apiserver", ipamclaims=True, feature_gates={"DRAConsumableCapacity": False}
+    ).start()
+    server.add_node(NODE)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def test_without_the_gate_shared_nics_become_slots_once(lab, api_without_consumable_capacity):
+    api = api_without_consumable_capacity
+    service = start_service(lab, api, "--nic-sharing=eth2=exclusive")
+    try:
+        devices = wait_for(
+            lambda: (d := published_devices(api)) and "eth1-slot-0" in d and d, 5.0, "eth1 offered as slots"
+        )[0]
+        assert {f"eth1-slot-{i}" for i in range(16)} <= set(devices) and "eth1" not in devices
+        assert "eth2" in devices and not any("allowMultipleAllocations" in d for d in devices.values())
+        assert "DRAConsumableCapacity is off" in service.log()
+        writes = len(api.requests_to("PUT", "/resourceslices")) + len(api.requests_to("POST", "/resourceslices"))
+        service_log = service.log()
+        # the slices settle: no write loop on a slice the server keeps changing (resync and
+        # netlink events find nothing to change)
+        time.sleep(3)
+        after = len(api.requests_to("PUT", "/resourceslices")) + len(api.requests_to("POST", "/resourceslices"))
+        assert after == writes, service.log()[len(service_log) :]
+        # and a pod gets a slot: the claims of a 1.35 cluster carry no shareID
+        pods = share_eth1(lab, api, service, [("eth1-slot-0", None), ("eth1-slot-1", None)])
+        assert all(addresses(pod.links(), "net1") for _, _, pod in pods)
+        for _, pod_uid, pod in pods:
+            lab.cnitool("del", pod, pod_uid=pod_uid)
+    finally:
+        service.close()

@@ -91,3 +91,11 @@ def test_a_slot_name_clashing_with_a_nic_is_refused() -> None:
     clash = Nic(name="eth1-slot-0", index=9)
     with pytest.raises(ValueError, match="device names clash"):
         offers([ETH1, clash], parse_sharing(["eth1=slots"]))
+
+
+@pytest.mark.parametrize(("n", "text"), [(64, "64"), (1000, "1k"), (1500, "1500"), (2000000, "2M"), (1024, "1024")])
+def test_capacity_is_written_in_the_api_servers_canonical_form(n: int, text: str) -> None:
+    """Else a slice read back ("1k") never equals the one written ("1000"): republished forever."""
+    from dracni.inventory.slices import canonical_count
+
+    assert canonical_count(n) == text
