@@ -247,8 +247,9 @@ def claim_manifest(
     uid: str | None = None,
     driver: str = "dracni.io",
     source: str = "FromClass",
+    more_pods: tuple[tuple[str, str], ...] = (),
 ) -> dict:
-    """An allocated ResourceClaim reserved for one pod.
+    """An allocated ResourceClaim reserved for one pod (and ``more_pods``: (name, uid) each).
 
     ``devices``: ``[{"request", "pool", "device", "params"}]``, each with its own opaque config,
     and optionally ``"class"``: the DeviceClass's network for that request.  ``source`` says
@@ -281,7 +282,9 @@ def claim_manifest(
         "spec": {"devices": {"requests": requests, "config": spec_config}},
         "status": {
             "allocation": {"devices": {"results": results, "config": config}},
-            "reservedFor": [{"resource": "pods", "name": pod_name, "uid": pod_uid}],
+            "reservedFor": [
+                {"resource": "pods", "name": name, "uid": uid} for name, uid in ((pod_name, pod_uid), *more_pods)
+            ],
         },
     }
 

@@ -323,7 +323,12 @@ def detached_fact(record: Attachment, dev: AttachedDevice, kept_ips: list[str], 
 
 
 def fact_key(fact: DeviceFact) -> tuple[str, str, str | None]:
-    """A fact's identity: one ``status.devices`` entry per (pool, device, shareID)."""
+    """The ``status.devices`` entry a fact is about: one entry per (pool, device, shareID).
+
+    A claim reserved for several pods has one fact per pod's attachment under the same key
+    (told apart by ``containerID``); the status entry is composed from all of them
+    (``status/entries.py status_devices``).
+    """
     return fact["pool"], fact["device"], fact.get("shareID")
 
 
@@ -336,15 +341,27 @@ def devices_by_claim(record: Attachment) -> dict[str, list[AttachedDevice]]:
 
 
 def upsert_facts(old: list[DeviceFact], new: list[DeviceFact]) -> list[DeviceFact]:
-    """``old`` with every fact of the same identity as one of ``new`` replaced by it."""
+    """After an ADD: ``new`` replace the same container's facts for their devices, and the
+    Detached facts a persistent attachment left; other pods' attachments stay."""
+    containers = {(fact_key(f), f.get("containerID")) for f in new}
     keys = {fact_key(f) for f in new}
-    return [f for f in old if fact_key(f) not in keys] + new
+
+    def superseded(fact: DeviceFact) -> bool:
+        return (fact_key(fact), fact.get("containerID")) in containers or (
+            fact_key(fact) in keys and bool(fact.get("detached"))
+        )
+
+    return [f for f in old if not superseded(f)] + new
 
 
 def retract_facts(old: list[DeviceFact], container_id: str, kept: list[DeviceFact]) -> list[DeviceFact]:
-    """After DEL: drop the container's facts; ``kept`` (Detached) replace theirs."""
-    keys = {fact_key(f) for f in kept}
-    return [f for f in old if f.get("containerID") != container_id and fact_key(f) not in keys] + kept
+    """After DEL: drop the container's facts.  A ``kept`` (Detached) fact takes its device's
+    place only when no other pod is still attached to that device."""
+    remaining = [f for f in old if f.get("containerID") != container_id]
+    live = {fact_key(f) for f in remaining if not f.get("detached")}
+    kept = [k for k in kept if fact_key(k) not in live]
+    keys = {fact_key(k) for k in kept}
+    return [f for f in remaining if fact_key(f) not in keys] + kept
 
 
 # -- readers ------------------------------------------------------------------------------

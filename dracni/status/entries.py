@@ -242,19 +242,32 @@ def _device_key(item: DeviceFact) -> tuple[str, str, str]:
 def status_devices(outbox: StatusOutbox, *, driver: str) -> list[Entry]:
     """All ``status.devices`` entries of a StatusOutbox record, sorted by (pool, device, shareID).
 
-    One entry per (pool, device, shareID); of two facts with the same key the one with the
-    latest ``updatedAt`` wins (the later one in the record on a tie or an unreadable time).
+    One entry per (pool, device, shareID).  Its facts are one per pod attached (a claim may be
+    reserved for several pods); the entry shows, while any pod is attached and ready, the
+    first attached pod's attachment (interface, MAC, CNI result, condition) with the addresses
+    of every ready attachment (that pod's first, at most 16); with none ready, the latest fact
+    (a failure, or a persistent attachment's Detached state).  One pod's failed ADD therefore
+    never turns the entry of a device another pod uses to Ready=False.
     """
-    chosen: dict[tuple[str, str, str], tuple[datetime, DeviceFact]] = {}
-    for fact in outbox.get("devices") or []:
-        if not isinstance(fact, dict):
-            continue
-        key = _device_key(fact)
-        when = parse_rfc3339(fact.get("updatedAt")) or zero_time()
-        current = chosen.get(key)
-        if current is None or when >= current[0]:
-            chosen[key] = (when, fact)
-    return [device_status_entry(chosen[key][1], driver=driver) for key in sorted(chosen)]
+    groups: dict[tuple[str, str, str], list[tuple[datetime, int, DeviceFact]]] = {}
+    for order, fact in enumerate(outbox.get("devices") or []):
+        if isinstance(fact, dict):
+            when = parse_rfc3339(fact.get("updatedAt")) or zero_time()
+            groups.setdefault(_device_key(fact), []).append((when, order, fact))
+    return [_composed_entry(groups[key], driver) for key in sorted(groups)]
+
+
+def _composed_entry(facts: list[tuple[datetime, int, DeviceFact]], driver: str) -> Entry:
+    ready = sorted((f for f in facts if f[2].get("ready")), key=lambda f: (f[0], f[1]))
+    if not ready:  # the latest fact; the later one in the record on a tie or an unreadable time
+        return device_status_entry(max(facts, key=lambda f: (f[0], f[1]))[2], driver=driver)
+    entry = device_status_entry(ready[0][2], driver=driver)
+    ips: list[str] = []
+    for _, _, fact in ready:
+        ips += [ip for ip in fact_ips(fact) if ip not in ips]
+    if ips:
+        entry.setdefault("networkData", {})["ips"] = ips[:MAX_IPS]
+    return entry
 
 
 # -- validation (k8s.io/kubernetes/pkg/apis/resource/validation, validateDeviceStatus) -----

@@ -219,3 +219,42 @@ def test_without_the_gate_shared_nics_become_slots_once(lab, api_without_consuma
             lab.cnitool("del", pod, pod_uid=pod_uid)
     finally:
         service.close()
+
+
+def test_one_claim_two_pods_keeps_its_entry_until_the_last_detaches(lab):
+    """A claim reserved for pods A and B: each gets its own net1; the claim's one status entry
+    shows A's interface with both addresses, B's DEL leaves A's, A's DEL retracts it."""
+    import json
+
+    from tests.harness import claim_manifest
+
+    a_uid, b_uid = new_pod_uid(), new_pod_uid()
+    network = class_network(lab)
+    network["config"]["plugins"][0]["master"] = "eth1"
+    claim = claim_manifest(
+        "two-pods", pod_uid=a_uid, pod_name="a", more_pods=(("b", b_uid),),
+        devices=[{"request": "net", "pool": "node1", "device": "eth1", "params": network}],
+    )  # fmt: skip
+    lab.prepare(claim)
+    pod_a, pod_b = lab.pod(), lab.pod()
+    lab.cnitool("add", pod_a, pod_uid=a_uid, pod_name="a")
+    lab.cnitool("add", pod_b, pod_uid=b_uid, pod_name="b")
+    ip_a, ip_b = addresses(pod_a.links(), "net1")[0], addresses(pod_b.links(), "net1")[0]
+    assert ip_a != ip_b
+
+    def entry() -> dict | None:
+        lab.dracni("publish-status", str(lab.claims_dir), f"--state-dir={lab.state_dir}")
+        files = sorted(lab.claims_dir.glob("*.status.json"))
+        devices = json.loads(files[0].read_text())["status"]["devices"] if files else []
+        assert len(devices) <= 1
+        return devices[0] if devices else None
+
+    both = entry()
+    assert both["networkData"]["ips"] == [ip_a, ip_b]
+    assert both["networkData"]["hardwareAddress"] == pod_a.links()["net1"]["address"]
+    assert both["conditions"][0]["status"] == "True"
+    lab.cnitool("del", pod_b, pod_uid=b_uid, pod_name="b")
+    only_a = entry()
+    assert only_a["networkData"]["ips"] == [ip_a] and only_a["conditions"][0]["status"] == "True"
+    lab.cnitool("del", pod_a, pod_uid=a_uid, pod_name="a")
+    assert entry() is None

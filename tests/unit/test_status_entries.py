@@ -461,3 +461,60 @@ def test_duplicate_entries_in_a_list():
     entry = valid_entry()
     errs = validate_status_devices([entry, copy.deepcopy(entry)], ALLOCATED)
     assert errs == ['status.devices[1]: Duplicate value: "dracni.io/node-1/net1"']
+
+
+# -- one claim, several pods -------------------------------------------------------------------
+def pod_b_fact(**overrides) -> dict:
+    result = macvlan_result()
+    result["interfaces"][1]["mac"] = "0A:58:0A:00:00:06"
+    result["ips"] = [{"address": "10.0.0.6/24", "interface": 1}]
+    return fact(
+        **{
+            "containerID": "b",
+            "podUID": "pod-uid-2",
+            "result": result,
+            "updatedAt": "2026-11-21T05:00:09Z",
+            **overrides,
+        }
+    )
+
+
+def test_two_pods_one_entry_first_pods_interface_all_addresses() -> None:
+    (entry,) = status_devices({"devices": [pod_b_fact(), fact()]}, driver=DRIVER)
+    assert entry["networkData"] == {
+        "interfaceName": "net1",
+        "ips": ["10.0.0.5/24", "fd00::5/64", "10.0.0.6/24"],
+        "hardwareAddress": "0a:58:0a:00:00:05",
+    }
+    assert entry["conditions"][0]["status"] == "True"
+    assert validate_status_devices([entry], ALLOCATED) == []
+
+
+def test_a_failed_pod_does_not_fail_the_entry_another_pod_uses() -> None:
+    failed = pod_b_fact(ready=False, result=None, error={"code": 7, "msg": "boom"})
+    (entry,) = status_devices({"devices": [fact(), failed]}, driver=DRIVER)
+    assert entry["conditions"][0]["status"] == "True" and entry["networkData"]["ips"] == ["10.0.0.5/24", "fd00::5/64"]
+
+
+def test_addresses_of_many_pods_stop_at_sixteen() -> None:
+    pods = []
+    for i in range(20):
+        result = macvlan_result()
+        result["ips"] = [{"address": f"10.0.1.{i}/24", "interface": 1}]
+        pods.append(fact(containerID=f"c{i}", result=result, updatedAt=f"2026-11-21T05:00:{i:02d}Z"))
+    (entry,) = status_devices({"devices": pods}, driver=DRIVER)
+    assert entry["networkData"]["ips"] == [f"10.0.1.{i}/24" for i in range(16)]
+
+
+def test_upsert_and_retract_keep_other_pods_attachments() -> None:
+    from dracni.state.records import retract_facts, upsert_facts
+
+    facts = upsert_facts([], [fact()])
+    facts = upsert_facts(facts, [pod_b_fact()])
+    assert [f["containerID"] for f in facts] == ["c0ffee", "b"]
+    assert [f["containerID"] for f in upsert_facts(facts, [fact(ifName="net2")])] == ["b", "c0ffee"]
+    facts = retract_facts(facts, "b", [pod_b_fact(ready=False, detached=True, result=None)])
+    assert [f["containerID"] for f in facts] == ["c0ffee"]  # a Detached fact waits for the last pod
+    facts = retract_facts(facts, "c0ffee", [fact(ready=False, detached=True, result=None)])
+    assert [(f["containerID"], f.get("detached")) for f in facts] == [("c0ffee", True)]
+    assert upsert_facts(facts, [pod_b_fact()]) == [pod_b_fact()]  # the next pod supersedes it
