@@ -31,15 +31,28 @@ class ApiError(Exception):
         return self.status in (0, 408, 409, 429) or self.status >= 500
 
 
-def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
-    """In-cluster config when no kubeconfig is named (the DaemonSet), else the file."""
+def load_api_client(kubeconfig: str | None = None, node: str | None = None) -> client.ApiClient:
+    """In-cluster config when no kubeconfig is named (the DaemonSet), else the file.
+
+    Every request says it is dracni, which version, on which node (User-Agent), so audit logs
+    and API priority and fairness rules can tell dracni's requests apart.
+    """
+    from .. import __version__
+
     if kubeconfig:
         configuration = client.Configuration()
         config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     else:
         configuration = client.Configuration()
         config.load_incluster_config(client_configuration=configuration)
-    return client.ApiClient(configuration)
+    api_client = client.ApiClient(configuration)
+    api_client.user_agent = user_agent(__version__, node)
+    return api_client
+
+
+def user_agent(version: str, node: str | None) -> str:
+    """``dracni/<version> (<node>)``, in the shape of Kubernetes' own components' agents."""
+    return f"dracni/{version} ({node})" if node else f"dracni/{version}"
 
 
 def _request(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -94,16 +107,19 @@ class KubeApi:
         yield from self._watch(self.resource.list_resource_claim_for_all_namespaces, resource_version, timeout_seconds)
 
     def apply_claim_status(
-        self, namespace: str, name: str, devices: list[dict[str, Any]], field_manager: str
+        self, namespace: str, name: str, devices: list[dict[str, Any]], field_manager: str, uid: str | None = None
     ) -> dict[str, Any]:
         """Server-side apply of this driver's ``status.devices`` entries (force: we own them).
 
         A merge or strategic patch would replace the whole list and wipe other drivers' entries.
+        ``uid`` is a precondition: a claim deleted and re-created under the same name is another
+        claim, and the server refuses (409) to give it the old one's status.
         """
+        metadata = {"name": name, "namespace": namespace} | ({"uid": uid} if uid else {})
         body = {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": metadata,
             "status": {"devices": devices},
         }
         return _call(

@@ -65,7 +65,7 @@ class Service:
         self.opts = opts
         self.stop_event = threading.Event()
         self.state = StateDir(opts.state_dir)
-        self.api = KubeApi(load_api_client(opts.kubeconfig))
+        self.api = KubeApi(load_api_client(opts.kubeconfig, node=opts.node))
         self.claims = ClaimCache(self.api)
         self.helper = KubeletPluginHelper(
             state=self.state,

@@ -44,7 +44,8 @@ class TimedSink:
         try:
             self.sink.apply(claim, driver, devices)
         except SinkError as exc:
-            metrics.PUBLISH_FAILURES.labels(kind="retryable" if exc.retryable else "final").inc()
+            kind = "forbidden" if exc.forbidden else "retryable" if exc.retryable else "final"
+            metrics.PUBLISH_FAILURES.labels(kind=kind).inc()
             raise
         metrics.PUBLISH_SECONDS.observe(time.monotonic() - started)
 
@@ -58,6 +59,7 @@ class StatusPublisher:
         self.sink = TimedSink(sink)
         self.driver = driver
         self.published = 0
+        self._refused: set[str] = set()  # claims whose refusal was logged: once each, not per retry
 
     def run(self, stop: threading.Event) -> None:
         from inotify_simple import INotify, flags
@@ -84,7 +86,11 @@ class StatusPublisher:
         for uid, error in report.dropped.items():
             log.error("status of claim %s dropped: %s", uid, error)
         for uid, error in report.failed.items():
-            log.warning("status of claim %s not published, will retry: %s", uid, error)
+            if uid not in report.forbidden:
+                log.warning("status of claim %s not published, will retry: %s", uid, error)
+            elif uid not in self._refused:
+                self._refused.add(uid)
+                log.error("status of claim %s refused by the API server's authorization: %s", uid, error)
         try:
             metrics.OUTBOX_DEPTH.set(len(self.state.pending_outbox()))
         except Exception:

@@ -5,8 +5,9 @@ device facts for one claim.  They become ``status.devices`` entries, go to the s
 call per claim, and the record is then marked published *with the seq that was read*: a
 newer state written by the CNI plugin in the meantime keeps the record pending, so the next
 drain publishes it.  A claim that fails is reported and stays pending; the others go on.
-A failure the sink calls final (the claim is gone, or the server refuses the entries as
-invalid) is reported as dropped and marked published, so it is not retried forever.
+A failure the sink calls final (the claim is gone or was re-created, or the server refuses the
+entries as invalid) is reported as dropped and marked published, so it is not retried forever.
+An authorization refusal is never final: it stays pending until the grant is fixed.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 class DrainReport:
     published: int = 0
     failed: dict[str, str] = field(default_factory=dict)  # claim uid -> error; stays pending
+    forbidden: set[str] = field(default_factory=set)  # of ``failed``: refused by authorization
     dropped: dict[str, str] = field(default_factory=dict)  # claim uid -> final error; not retried
 
 
@@ -59,6 +61,8 @@ def drain_outbox(
         except SinkError as exc:
             if exc.retryable:
                 report.failed[uid] = str(exc)
+                if exc.forbidden:
+                    report.forbidden.add(uid)
                 continue
             final_error = str(exc)
         except Exception as exc:  # a malformed record or a sink bug must not stop the others

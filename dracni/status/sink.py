@@ -34,11 +34,16 @@ _MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 class SinkError(Exception):
-    """Publishing a claim's status failed; ``retryable`` tells whether trying again may help."""
+    """Publishing a claim's status failed; ``retryable`` tells whether trying again may help.
 
-    def __init__(self, message: str, *, retryable: bool = True) -> None:
+    ``forbidden``: the server refused dracni the write (RBAC, or the 1.36 per-device status
+    authorization): retried, since fixing the grant makes it work, and reported apart.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True, forbidden: bool = False) -> None:
         super().__init__(message)
-        self.retryable = retryable
+        self.retryable = retryable or forbidden
+        self.forbidden = forbidden
 
 
 @runtime_checkable

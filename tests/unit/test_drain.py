@@ -186,3 +186,27 @@ def test_retryable_failure_stays_pending_and_final_failure_is_dropped(state):
     report = drain_outbox(state, Sink(retryable=False), driver=DRIVER)
     assert list(report.dropped) == ["claim-uid-1"] and not report.failed and report.published == 0
     assert state.pending_outbox() == []
+
+
+def test_the_publisher_logs_an_authorization_refusal_once_and_keeps_retrying(tmp_path, caplog) -> None:
+    import logging
+
+    from dracni.service.status_publisher import StatusPublisher
+    from dracni.state.store import StateDir
+    from dracni.status.sink import SinkError
+
+    class Refusing:  # a StatusSink the API server refuses
+        calls = 0
+
+        def apply(self, claim, driver, devices):
+            Refusing.calls += 1
+            raise SinkError("forbidden: resourceclaims/status", forbidden=True)
+
+    state = StateDir(str(tmp_path / "state"))
+    state.update_outbox({"uid": "u1", "namespace": "n", "name": "c", "driver": "dracni.io"}, lambda facts: [])
+    publisher = StatusPublisher(state, Refusing(), "dracni.io")
+    with caplog.at_level(logging.WARNING, logger="dracni.service.status_publisher"):
+        backoffs = [publisher._drain_once(0.0), publisher._drain_once(0.2), publisher._drain_once(0.4)]
+    assert Refusing.calls == 3 and backoffs == [0.2, 0.4, 0.8]
+    refusals = [r for r in caplog.records if "refused by the API server's authorization" in r.getMessage()]
+    assert len(refusals) == 1 and state.pending_outbox()

@@ -242,3 +242,69 @@ def test_first_prepare_never_trusts_a_stale_cached_reservation(fake, api, tmp_pa
     assert preparer.prepare([ref(claim)])[claim["metadata"]["uid"]].error is None
     assert state.pod_claim_uids("pod-uid-2", None, None) == [claim["metadata"]["uid"]]
     assert state.pod_claim_uids("pod-uid-1", None, None) == []
+
+
+def test_a_recreated_claim_never_gets_the_old_claims_status(fake, api):
+    """The apply carries metadata.uid: the server refuses (409) to give another claim of the
+    same name the status, and the drain drops it for good."""
+
+    old = make_claim(fake, "re")
+    old_ref = {"uid": old["metadata"]["uid"], "namespace": "default", "name": "re"}
+    fake.delete_claim("default", "re")
+    new = make_claim(fake, "re")
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    with pytest.raises(SinkError) as info:
+        ApiStatusSink(api).apply(old_ref, DRIVER, [entry()])
+    assert not info.value.retryable and "was re-created" in str(info.value)
+    assert not (fake.get_claim("default", "re").get("status") or {}).get("devices")
+
+
+def test_an_authorization_refusal_is_retried_never_dropped(fake, api, tmp_path):
+    """RBAC missing (403): the outbox record stays pending, reported as forbidden, and goes out
+    once the grant is there."""
+    from dracni.status.drain import drain_outbox
+
+    claim = make_claim(fake, "auth")
+    state = StateDir(str(tmp_path / "state"))
+    outbox_claim = {"uid": claim["metadata"]["uid"], "namespace": "default", "name": "auth", "driver": DRIVER}
+    fact = {
+        "request": "net", "pool": NODE, "device": "eth1", "shareID": None, "ifName": "net1", "ready": True,
+        "result": {"cniVersion": "1.0.0", "interfaces": [{"name": "net1", "sandbox": "/x"}],
+                   "ips": [{"address": "10.0.0.5/24", "interface": 0}]},
+        "error": None, "containerID": "c1", "podUID": "p1", "updatedAt": "2026-11-21T05:00:00Z",
+    }  # fmt: skip
+    state.update_outbox(outbox_claim, lambda facts: [fact])
+    fake.authorizer = lambda attrs: not (attrs.resource == "resourceclaims" and attrs.subresource == "status")
+
+    report = drain_outbox(state, ApiStatusSink(api), driver=DRIVER)
+    assert report.forbidden == {claim["metadata"]["uid"]} and not report.dropped
+    assert "resourceclaims/status" in report.failed[claim["metadata"]["uid"]]
+    assert state.pending_outbox()
+
+    fake.authorizer = None
+    report = drain_outbox(state, ApiStatusSink(api), driver=DRIVER)
+    assert report.published == 1 and not state.pending_outbox()
+    assert fake.get_claim("default", "auth")["status"]["devices"][0]["networkData"]["ips"] == ["10.0.0.5/24"]
+
+
+def test_a_forbidden_422_is_an_authorization_refusal() -> None:
+    """1.36's per-device status authorization answers 422 with a field.Forbidden cause."""
+
+    class Refusing:  # the KubeApi port, answering as the 1.36 server does
+        def apply_claim_status(self, *args, **kwargs):
+            raise ApiError(
+                422, 'ResourceClaim.resource.k8s.io "c" is invalid: status.devices[0]: Forbidden: not authorized'
+            )
+
+    with pytest.raises(SinkError) as info:
+        ApiStatusSink(Refusing()).apply({"uid": "u", "namespace": "n", "name": "c"}, DRIVER, [entry()])
+    assert info.value.forbidden and info.value.retryable
+
+
+def test_requests_say_they_are_dracni(fake):
+    from dracni import __version__
+
+    api = KubeApi(load_api_client(fake.kubeconfig_path, node=NODE))
+    api.list_slices(f"spec.nodeName={NODE}")
+    (request,) = fake.requests_to("GET", "/resourceslices")
+    assert request.user_agent == f"dracni/{__version__} ({NODE})"
