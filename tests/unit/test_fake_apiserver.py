@@ -1064,7 +1064,7 @@ def test_request_log(fake, rapi):
         200,
         fake.user,
     )
-    assert record.user_agent.startswith("OpenAPI-Generator/")
+    assert record.user_agent.startswith("dracni/")  # the client dracni builds (load_api_client)
 
 
 def test_load_kube_config_into_the_default_configuration(fake):

@@ -303,7 +303,8 @@ def test_status_put_keeps_spec_and_main_put_keeps_status(fake, custom):
     # kube-apiserver then takes its first media type, application/json).
     assert record.path.endswith("/vm-a.net1/status") and record.content_type is None
     assert fake.requests_to("GET")[-1].path.endswith("/vm-a.net1")
-    assert ("OpenAPI-Generator", "Update", "status") in managers(updated)
+    # no fieldManager on an update: the server names the manager after the User-Agent's prefix
+    assert ("dracni", "Update", "status") in managers(updated)
 
     # The main resource: spec changes (generation bumps), status in the body is ignored.
     body = {**updated, "spec": {"network": "net2", "interface": "pod1"}, "status": {"ips": []}}
