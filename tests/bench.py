@@ -6,7 +6,7 @@
 (c) Debian's Go ``tuning`` plugin as a chained pass-through: the floor any chained plugin pays;
 the onedir bundle against a onefile build of the same code (exec of VERSION); and, with the
 kubelet plugin service running against the test API server:
-(d) NodePrepareResources of 32 claims with a warm claim cache (fake kubelet over gRPC);
+(d) NodePrepareResources of 32 claims replayed (fake kubelet over gRPC; a GET per claim);
 (e) the time from a CNI ADD returning to its status.devices entry being visible in the API;
 (f) 15 pods sharing eth1 (15 claims, one shareID each): the ADD of the 15th pod against the
     first, interleaved per round (no growth with the attachments already on the parent).

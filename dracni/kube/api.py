@@ -90,7 +90,7 @@ class KubeApi:
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
 
-    # -- resourceclaims: get, list, watch; status: patch (server-side apply) ---------------------
+    # -- resourceclaims: get (the ones kubelet names); status: patch (server-side apply) --------
     def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return _call(self.resource.read_namespaced_resource_claim, name, namespace)
@@ -98,13 +98,6 @@ class KubeApi:
             if exc.status == 404:
                 return None
             raise
-
-    def list_claims(self) -> tuple[list[dict[str, Any]], str]:
-        data = _call(self.resource.list_resource_claim_for_all_namespaces)
-        return data.get("items") or [], data.get("metadata", {}).get("resourceVersion", "")
-
-    def watch_claims(self, resource_version: str, timeout_seconds: int) -> Iterator[tuple[str, dict[str, Any]]]:
-        yield from self._watch(self.resource.list_resource_claim_for_all_namespaces, resource_version, timeout_seconds)
 
     def apply_claim_status(
         self, namespace: str, name: str, devices: list[dict[str, Any]], field_manager: str, uid: str | None = None

@@ -49,7 +49,7 @@ class Service:
     """All parts of the service, started and stopped together."""
 
     def __init__(self, opts: ServiceOptions) -> None:
-        from ..claims.api_source import ClaimCache
+        from ..claims.api_source import ApiClaimSource
         from ..inventory.lookup import NodeDevices
         from ..inventory.nics import eligible
         from ..inventory.publisher import SlicePublisher
@@ -66,7 +66,7 @@ class Service:
         self.stop_event = threading.Event()
         self.state = StateDir(opts.state_dir)
         self.api = KubeApi(load_api_client(opts.kubeconfig, node=opts.node))
-        self.claims = ClaimCache(self.api)
+        self.claims = ApiClaimSource(self.api)  # a GET per claim kubelet names: no cluster-wide watch
         self.helper = KubeletPluginHelper(
             state=self.state,
             claims=self.claims,
@@ -110,8 +110,6 @@ class Service:
         self._stops: list[Callable[[], None]] = []  # undo what start() did, newest last
 
     def ready(self) -> tuple[bool, str]:
-        if not self.claims.synced.is_set():
-            return False, "claim cache not synced"
         if self.slices is not None and not self.slices.published.is_set():
             return False, "ResourceSlices not published"
         if not self.grpc.registered:  # None until kubelet's first NotifyRegistrationStatus
@@ -124,7 +122,7 @@ class Service:
         if self.health:
             self.health.start()
             self._stops.append(self.health.stop)
-        loops = [("claim-cache", self.claims.run), ("status-publisher", self.status.run)]
+        loops = [("status-publisher", self.status.run)]
         if self.slices is not None:
             loops.append(("slice-publisher", self.slices.run))
         for name, loop in loops:

@@ -228,8 +228,12 @@ def test_the_authorizer_refuses_what_rbac_would(api, service_account_user):
     ):
         return RequestAttributes(user, verb, resource, subresource, namespace, name, group)
 
-    assert authorizer(attrs("list", "resourceclaims"))
-    assert not authorizer(attrs("list", "resourceclaims", user="system:serviceaccount:default:other"))
+    assert authorizer(attrs("get", "resourceclaims", name="c", namespace="default"))
+    assert not authorizer(
+        attrs("get", "resourceclaims", name="c", namespace="default", user="system:serviceaccount:default:other")
+    )
+    assert not authorizer(attrs("list", "resourceclaims"))  # a node reads only the claims kubelet names
+    assert not authorizer(attrs("watch", "resourceclaims"))
     assert not authorizer(attrs("update", "resourceclaims", name="c", namespace="default"))
     assert not authorizer(attrs("get", "resourceslices", name="s"))  # not granted: the list has them
     assert not authorizer(attrs("get", "nodes", name=NODE))  # wrong group

@@ -152,7 +152,7 @@ def test_sigterm_ends_the_service_within_5s(lab, api, proxy, tmp_path, state):
         elif state == "starting, API server hung":
             proxy.freeze()
             service.start(wait_ready=False)
-            wait_for(lambda: readyz_says(service, "claim cache not synced"), 20, "the service up, its list hung")
+            wait_for(lambda: readyz_says(service, "ResourceSlices not published"), 20, "the service up, its list hung")
         else:
             service.start(wait_ready=False)
             time.sleep(0.2)

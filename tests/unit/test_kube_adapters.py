@@ -1,14 +1,11 @@
-"""The service's Kubernetes adapters (KubeApi, ClaimCache, ApiStatusSink, Preparer) against the
+"""The service's Kubernetes adapters (KubeApi, ApiClaimSource, ApiStatusSink, Preparer) against the
 test API server, through the real kubernetes client."""
 
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
 
-from dracni.claims.api_source import ClaimCache
+from dracni.claims.api_source import ApiClaimSource
 from dracni.kube.api import ApiError, KubeApi, load_api_client
 from dracni.kube.status_sink import ApiStatusSink
 from dracni.kubelet.helper import ClaimRef
@@ -94,12 +91,10 @@ def ref(claim: dict) -> ClaimRef:
     return ClaimRef(claim["metadata"]["namespace"], claim["metadata"]["uid"], claim["metadata"]["name"])
 
 
-def test_get_list_and_missing_claims(fake, api):
+def test_get_and_missing_claims(fake, api):
     claim = make_claim(fake, "a")
     assert api.get_claim("default", "a")["metadata"]["uid"] == claim["metadata"]["uid"]
     assert api.get_claim("default", "nope") is None
-    items, rv = api.list_claims()
-    assert [c["metadata"]["name"] for c in items] == ["a"] and rv
 
 
 def test_server_down_is_a_retryable_error(fake, api):
@@ -110,53 +105,33 @@ def test_server_down_is_a_retryable_error(fake, api):
 
 
 def test_watch_delivers_events_and_410_after_compaction(fake, api):
-    _, rv = api.list_claims()
-    make_claim(fake, "w")
+    from dracni.inventory.nics import Nic
+    from dracni.inventory.slices import build_slices
+
+    selector = f"spec.nodeName={NODE},spec.driver={DRIVER}"
+    _, rv = api.list_slices(selector)
+    (body,) = build_slices(driver=DRIVER, node_name=NODE, node_uid=None, nics=[Nic("eth1", 2)], generation=1)
+    api.create_slice(body)
     events = []
-    for kind, obj in api.watch_claims(rv, timeout_seconds=1):
-        events.append((kind, obj["metadata"]["name"], bool((obj.get("status") or {}).get("allocation"))))
-        if len(events) == 2:
-            break
-    assert events == [("ADDED", "w", False), ("MODIFIED", "w", True)]
+    for kind, obj in api.watch_slices(selector, rv, timeout_seconds=1):
+        events.append((kind, obj["metadata"]["name"]))
+        break
+    assert events == [("ADDED", body["metadata"]["name"])]
     fake.compact()
     with pytest.raises(ApiError) as info:
-        list(api.watch_claims(rv, timeout_seconds=1))
+        list(api.watch_slices(selector, rv, timeout_seconds=1))
     assert info.value.status == 410
 
 
-def test_claim_cache_follows_the_watch_and_relists_after_410(fake, api):
-    cache = ClaimCache(api, watch_timeout=1)
-    stop = threading.Event()
-    thread = threading.Thread(target=cache.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
-        assert cache.synced.wait(5)
-        make_claim(fake, "c1")
-        deadline = time.monotonic() + 5
-        while len(cache) < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(cache) == 1
-        misses = cache.misses
-        assert cache.get("default", "c1", known_pods={"pod-uid-1"})["status"]["allocation"]
-        assert cache.misses == misses and cache.hits == 1  # a replay: served from the watch, no GET
-        assert cache.get("default", "c1")["status"]["allocation"]  # a first prepare reads the API
-        assert cache.misses == misses + 1
-        fake.compact()
-        make_claim(fake, "c2")
-        deadline = time.monotonic() + 5
-        while len(cache) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(cache) == 2
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-
-
-def test_claim_cache_gets_on_a_miss(fake, api):
-    cache = ClaimCache(api)  # never run: every read is a miss
-    make_claim(fake, "m")
-    assert cache.get("default", "m")["metadata"]["name"] == "m" and cache.misses == 1
-    assert cache.get("default", "gone") is None
+def test_claims_are_read_when_kubelet_names_them(fake, api):
+    """No list, no watch: each read is a GET of that claim, so it is never stale."""
+    source = ApiClaimSource(api)
+    claim = make_claim(fake, "c1")
+    fake.reset_requests()
+    assert source.get("default", "c1", known_pods={"pod-uid-1"})["metadata"]["uid"] == claim["metadata"]["uid"]
+    assert source.get("default", "gone") is None
+    assert [(r.method, r.watch) for r in fake.requests] == [("GET", False), ("GET", False)]
+    assert all("/namespaces/default/resourceclaims/" in r.path for r in fake.requests)
 
 
 def test_status_sink_applies_only_our_entries(fake, api):
@@ -204,7 +179,7 @@ def test_status_sink_errors_say_whether_to_retry(fake, api):
 
 def test_preparer_checks_uid_pool_and_allocation(fake, api, tmp_path):
     state = StateDir(str(tmp_path / "state"))
-    preparer = Preparer(state=state, claims=ClaimCache(api), driver=DRIVER, node=NODE)
+    preparer = Preparer(state=state, claims=ApiClaimSource(api), driver=DRIVER, node=NODE)
     good = make_claim(fake, "good")
     elsewhere = make_claim(fake, "elsewhere", pool="node-b")
     pending = make_claim(fake, "pending", allocate=False)
@@ -227,17 +202,15 @@ def test_preparer_checks_uid_pool_and_allocation(fake, api, tmp_path):
     assert state.list_claims() == []
 
 
-def test_first_prepare_never_trusts_a_stale_cached_reservation(fake, api, tmp_path):
-    """The watch may lag the scheduler: a claim re-reserved for a new pod must be prepared for
-    that pod, or the CNI plugin would not find the new pod's claims."""
+def test_a_claim_re_reserved_for_a_new_pod_is_prepared_for_that_pod(fake, api, tmp_path):
+    """The scheduler re-reserved the claim: the fresh GET names the new pod, so the CNI plugin
+    finds the new pod's claims."""
     state = StateDir(str(tmp_path / "state"))
-    cache = ClaimCache(api)
     claim = make_claim(fake, "reused")  # reserved for pod-uid-1
-    cache._relist()  # the cache now holds that version; no watch runs after this
     fake.set_claim_allocation(
         "default", "reused", claim["status"]["allocation"], [{"resource": "pods", "name": "next", "uid": "pod-uid-2"}]
     )
-    preparer = Preparer(state=state, claims=cache, driver=DRIVER, node=NODE)
+    preparer = Preparer(state=state, claims=ApiClaimSource(api), driver=DRIVER, node=NODE)
 
     assert preparer.prepare([ref(claim)])[claim["metadata"]["uid"]].error is None
     assert state.pod_claim_uids("pod-uid-2", None, None) == [claim["metadata"]["uid"]]

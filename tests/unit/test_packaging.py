@@ -389,8 +389,6 @@ IPAM = "k8s.cni.cncf.io"
 # "associated-node:patch" only (dracni never PUTs status).
 KUBEAPI_PERMISSIONS: dict[str, set[Permission]] = {
     "get_claim": {Permission(RESOURCE, "resourceclaims", "", "get")},
-    "list_claims": {Permission(RESOURCE, "resourceclaims", "", "list")},
-    "watch_claims": {Permission(RESOURCE, "resourceclaims", "", "watch")},
     "apply_claim_status": {
         Permission(RESOURCE, "resourceclaims", "status", "patch"),
         Permission(RESOURCE, "resourceclaims", "driver", "associated-node:patch", DRIVER),

@@ -1,4 +1,4 @@
-"""The service's readiness (``/readyz``): claims synced, slices published, and the plugin
+"""The service's readiness (``/readyz``): slices published and the plugin
 registered with kubelet, in process against the test API server and the fake kubelet."""
 
 from __future__ import annotations
@@ -61,12 +61,12 @@ def registered_makes_it_ready(service: Service) -> None:
 
 
 def test_not_ready_until_kubelet_registers_the_plugin(service: Service) -> None:
-    eventually(lambda: service.ready() == (False, "not registered with kubelet"), "claims synced, no registration")
+    eventually(lambda: service.ready() == (False, "not registered with kubelet"), "slices published, no registration")
     registered_makes_it_ready(service)
 
 
 def test_a_refused_registration_is_the_reason_until_kubelet_accepts(service: Service) -> None:
-    eventually(lambda: service.claims.synced.is_set(), "claims synced")
+    eventually(lambda: service.ready() == (False, "not registered with kubelet"), "slices published")
     with pytest.raises(RegistrationError):
         FakeKubelet(service.opts.registry_dir, driver="other.example.com").wait_for_plugin(timeout=10)
     ready, why = service.ready()
