@@ -247,7 +247,7 @@ def service_bench(base: str) -> None:
         e50 = median_ms(visible)
         e95 = sorted(visible)[max(int(len(visible) * 0.95) - 1, 0)] * 1000
         print(
-            f"(d) NodePrepareResources, 32 claims, warm cache (replay): {d:7.2f} ms   target <= 50 ms  "
+            f"(d) NodePrepareResources, 32 claims, replayed:          {d:7.2f} ms   target <= 50 ms  "
             f"{'OK' if d <= 50 else 'MISSED'}"
         )
         print(f"    first prepare of the 32 (one GET per claim):  {d_first:7.2f} ms")
