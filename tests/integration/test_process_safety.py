@@ -28,6 +28,30 @@ def gone(pid: int, timeout: float) -> bool:
     return proc is None or proc.state == "Z"
 
 
+def start_add(lab, env: dict, conf: dict) -> subprocess.Popen:
+    """The runtime's exec of dracni ADD in the host netns, its config written to stdin."""
+    runtime = subprocess.Popen(
+        ["ip", "netns", "exec", lab.host.name, str(lab.bin_dir / "dracni")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    runtime.stdin.write(json.dumps(conf).encode())
+    runtime.stdin.close()
+    return runtime
+
+
+def first_add_pid(lab, runtime: subprocess.Popen, record_file, never: str) -> int:
+    """The pid of the first ADD the recorder plugin recorded, once it is there."""
+    deadline = time.monotonic() + 30
+    while not (adds := [r for r in recorded(record_file) if r["command"] == "ADD"]):
+        assert runtime.poll() is None, (runtime.stdout.read(), runtime.stderr.read(), lab.read_log())
+        assert time.monotonic() < deadline, never
+        time.sleep(0.02)
+    return adds[0]["pid"]
+
+
 def test_a_killed_dracni_takes_its_delegate_with_it_and_del_cleans_up(lab, pod_uid):
     lab.write_conflist()
     record_file = lab.tmp / "recorder.jsonl"
@@ -58,23 +82,10 @@ def test_a_killed_dracni_takes_its_delegate_with_it_and_del_cleans_up(lab, pod_u
             "CNI_ARGS": call["cni_args"],
         }
     )
-    runtime = subprocess.Popen(
-        ["ip", "netns", "exec", lab.host.name, str(lab.bin_dir / "dracni")],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
+    runtime = start_add(lab, env, conf)
     delegate = None
     try:
-        runtime.stdin.write(json.dumps(conf).encode())
-        runtime.stdin.close()
-        deadline = time.monotonic() + 30
-        while not (adds := [r for r in recorded(record_file) if r["command"] == "ADD"]):
-            assert runtime.poll() is None, (runtime.stdout.read(), runtime.stderr.read(), lab.read_log())
-            assert time.monotonic() < deadline, "the slow delegate never started"
-            time.sleep(0.02)
-        delegate = adds[0]["pid"]
+        delegate = first_add_pid(lab, runtime, record_file, "the slow delegate never started")
         # macvlan ran first: the ADD is half done, net1 is in the pod and host-local holds an address.
         assert "net1" in pod.links() and len(ipam_reservations(lab, "slow")) == 1
         dracni = procs.read(delegate).ppid
@@ -113,23 +124,10 @@ def test_del_after_a_killed_add_stops_what_the_delegate_started(lab, pod_uid):
     env.update({"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "killed", "CNI_NETNS": pod.path, "CNI_IFNAME": "eth0"})
     conf = json.loads((lab.netconf_dir / "10-podnet.conflist").read_text())["plugins"][1]
     conf.update({"cniVersion": "1.0.0", "name": "podnet"})
-    runtime = subprocess.Popen(
-        ["ip", "netns", "exec", lab.host.name, str(lab.bin_dir / "dracni")],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
+    runtime = start_add(lab, env, conf)
     ipam = None
     try:
-        runtime.stdin.write(json.dumps(conf).encode())
-        runtime.stdin.close()
-        deadline = time.monotonic() + 30
-        while not (adds := [r for r in recorded(record_file) if r["command"] == "ADD"]):
-            assert runtime.poll() is None, (runtime.stdout.read(), runtime.stderr.read(), lab.read_log())
-            assert time.monotonic() < deadline, "the slow IPAM never started"
-            time.sleep(0.02)
-        ipam = adds[0]["pid"]
+        ipam = first_add_pid(lab, runtime, record_file, "the slow IPAM never started")
         delegate = procs.read(ipam).ppid  # macvlan
         dracni = procs.read(delegate).ppid
         assert procs.read(dracni).exe == os.path.realpath(DRACNI_BINARY)
