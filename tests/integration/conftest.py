@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
@@ -99,17 +100,24 @@ def assert_records_match_schema(state_dir: Path) -> int:
 
 
 # -- the kubelet plugin service against the test API server, with a fake kubelet ------------------
-@pytest.fixture
-def api(tmp_path):
+@contextlib.contextmanager
+def running_api_server(tmp_path: Path, feature_gates: dict[str, bool] | None = None):
+    """The test API server with this node registered; ``feature_gates`` as the server's."""
     from tests.fakes.apiserver import FakeApiServer
     from tests.integration.service import NODE
 
-    server = FakeApiServer(tmp_path / "apiserver", ipamclaims=True).start()
+    server = FakeApiServer(tmp_path / "apiserver", ipamclaims=True, feature_gates=feature_gates).start()
     server.add_node(NODE)
     try:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture
+def api(tmp_path):
+    with running_api_server(tmp_path) as server:
+        yield server
 
 
 @pytest.fixture

@@ -52,6 +52,16 @@ def first_add_pid(lab, runtime: subprocess.Popen, record_file, never: str) -> in
     return adds[0]["pid"]
 
 
+def stop(runtime: subprocess.Popen, plugin: int | None) -> None:
+    """Whatever the test left running: the runtime's exec and the recorded plugin process."""
+    runtime.kill()
+    runtime.wait()
+    for stream in (runtime.stdin, runtime.stdout, runtime.stderr):
+        stream.close()
+    if plugin is not None and not gone(plugin, 0):
+        os.kill(plugin, 9)
+
+
 def test_a_killed_dracni_takes_its_delegate_with_it_and_del_cleans_up(lab, pod_uid):
     lab.write_conflist()
     record_file = lab.tmp / "recorder.jsonl"
@@ -102,12 +112,7 @@ def test_a_killed_dracni_takes_its_delegate_with_it_and_del_cleans_up(lab, pod_u
         assert not list((lab.state_dir / "attachments").iterdir())
         assert [r["command"] for r in recorded(record_file)] == ["ADD", "DEL"]  # the killed ADD never answered
     finally:
-        runtime.kill()
-        runtime.wait()
-        for stream in (runtime.stdin, runtime.stdout, runtime.stderr):
-            stream.close()
-        if delegate is not None and not gone(delegate, 0):
-            os.kill(delegate, 9)
+        stop(runtime, delegate)
 
 
 def test_del_after_a_killed_add_stops_what_the_delegate_started(lab, pod_uid):
@@ -144,9 +149,4 @@ def test_del_after_a_killed_add_stops_what_the_delegate_started(lab, pod_uid):
         assert "net1" not in pod.links()
         assert not list((lab.state_dir / "attachments").iterdir())
     finally:
-        runtime.kill()
-        runtime.wait()
-        for stream in (runtime.stdin, runtime.stdout, runtime.stderr):
-            stream.close()
-        if ipam is not None and not gone(ipam, 0):
-            os.kill(ipam, 9)
+        stop(runtime, ipam)

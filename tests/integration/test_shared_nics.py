@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from tests.harness import Lab
-from tests.integration.conftest import addresses
+from tests.integration.conftest import addresses, running_api_server
 from tests.integration.service import (
     DRIVER,
     ServiceProcess,
@@ -33,14 +33,10 @@ def class_network(lab: Lab) -> dict:
     return network
 
 
-@pytest.fixture
-def lab(tmp_path):
-    world = Lab(base=tmp_path, nics=("eth1", "eth2"))
-    try:
-        world.write_conflist()
-        yield world
-    finally:
-        world.close()
+@pytest.fixture(autouse=True)
+def node_conflist(lab):
+    """The node's conflist (ptp, then dracni) in every test's lab (conftest: eth1 and eth2)."""
+    lab.write_conflist()
 
 
 def start_service(lab, api, *args: str) -> ServiceProcess:
@@ -182,17 +178,8 @@ def test_dracni_inventory_shows_each_mode(lab):
 @pytest.fixture
 def api_without_consumable_capacity(tmp_path):
     """An API server of 1.34/1.35: DRAConsumableCapacity off, its fields dropped silently."""
-    from tests.fakes.apiserver import FakeApiServer
-    from tests.integration.service import NODE
-
-    server = FakeApiServer(
-        tmp_path / "apiserver", ipamclaims=True, feature_gates={"DRAConsumableCapacity": False}
-    ).start()
-    server.add_node(NODE)
-    try:
+    with running_api_server(tmp_path, {"DRAConsumableCapacity": False}) as server:
         yield server
-    finally:
-        server.close()
 
 
 def test_without_the_gate_shared_nics_become_slots_once(lab, api_without_consumable_capacity):
