@@ -36,6 +36,74 @@ class PrepareOutcome:
     error: str | None = None
 
 
+@dataclass
+class Resolved:
+    """One claim resolved for this node: its outcome, and the record to store when it succeeded."""
+
+    key: str
+    outcome: PrepareOutcome
+    record: PreparedClaim | None = None
+
+
+def resolve_for_node(
+    claim: dict[str, Any],
+    *,
+    state: StateDir,
+    driver: str,
+    node: str | None = None,
+    policy: TenantPolicy | None = None,
+    devices: DeviceLookup | None = None,
+    source: str | None = None,
+    ipamclaims: IpamClaimGetter | None = None,
+) -> Resolved:
+    """Resolve one ResourceClaim object into its PreparedClaim record, without the state lock.
+
+    Keyed by claim UID (``<namespace>/<name>`` for a claim without one, which always fails).
+    ``source``: the manifest file the claim came from (clusterless use).  ``ipamclaims`` reads
+    an IPAMClaim (namespace, name) for attachments that name one; without it (clusterless use)
+    such an attachment fails to prepare.  ``policy`` and ``devices``: see ``resolve_claim``;
+    the IPAM of claim configs keeps its files in the state dir's ``ipam/``.  Safe to call for
+    several claims at once (it reads the API server and netlink, and writes nothing).
+    """
+    key = _claim_key(claim)
+    try:
+        record = resolve_claim(
+            claim,
+            driver=driver,
+            node=node,
+            policy=policy,
+            devices=devices,
+            ipam_dir=state.ipam_dir,
+            source=source,
+        )
+        pin_addresses(claim, record, driver=driver, ipamclaims=ipamclaims)
+    except ClaimError as exc:
+        return Resolved(key, PrepareOutcome(error=str(exc)))
+    except Exception as exc:  # a bug must not fail the other claims of the call
+        log.exception("preparing claim %s failed", key)
+        return Resolved(key, PrepareOutcome(error=f"internal error: {type(exc).__name__}: {exc}"))
+    return Resolved(key, PrepareOutcome(devices=[_device_key(d) for d in record["devices"]]), record)
+
+
+def store_prepared(state: StateDir, resolved: list[Resolved]) -> dict[str, PrepareOutcome]:
+    """Store the records of the resolved claims in one lock hold; claim key -> outcome.
+
+    Re-preparing an unchanged claim leaves its record untouched (``preparedAt`` included).
+    """
+    outcomes = {r.key: r.outcome for r in resolved}
+    records = [r.record for r in resolved if r.record is not None]
+    if not records:
+        return outcomes
+    try:
+        with state.locked():  # compare and write as one step, in one lock hold for the batch
+            changed = [r for r in records if not _same_record(state.read_claim(r["uid"]), r)]
+            state.put_claims(changed)
+    except StateError as exc:
+        for record in records:
+            outcomes[record["uid"]] = PrepareOutcome(error=f"cannot record the prepared claim: {exc}")
+    return outcomes
+
+
 def prepare_claims(
     state: StateDir,
     claims: list[dict[str, Any]],
@@ -47,47 +115,24 @@ def prepare_claims(
     sources: dict[str, str | None] | None = None,
     ipamclaims: IpamClaimGetter | None = None,
 ) -> dict[str, PrepareOutcome]:
-    """Resolve each ResourceClaim object and store its PreparedClaim record.
+    """Resolve each claim (``resolve_for_node``) and store the records (``store_prepared``).
 
-    Keyed by claim UID (``<namespace>/<name>`` for a claim without one, which always fails).
     ``sources`` maps a claim UID to the manifest file it came from (clusterless use).
-    ``ipamclaims`` reads an IPAMClaim (namespace, name) for attachments that name one; without
-    it (clusterless use) such an attachment fails to prepare.  ``policy`` and ``devices``: see
-    ``resolve_claim``; the IPAM of claim configs keeps its files in the state dir's ``ipam/``.
-    Re-preparing an unchanged claim leaves its record untouched (``preparedAt`` included).
     """
-    outcomes: dict[str, PrepareOutcome] = {}
-    resolved: dict[str, PreparedClaim] = {}
-    for claim in claims:
-        key = _claim_key(claim)
-        try:
-            record = resolve_claim(
-                claim,
-                driver=driver,
-                node=node,
-                policy=policy,
-                devices=devices,
-                ipam_dir=state.ipam_dir,
-                source=(sources or {}).get(key),
-            )
-            pin_addresses(claim, record, driver=driver, ipamclaims=ipamclaims)
-        except ClaimError as exc:
-            outcomes[key] = PrepareOutcome(error=str(exc))
-            continue
-        except Exception as exc:  # a bug must not fail the other claims of the call
-            log.exception("preparing claim %s failed", key)
-            outcomes[key] = PrepareOutcome(error=f"internal error: {type(exc).__name__}: {exc}")
-            continue
-        resolved[key] = record
-        outcomes[key] = PrepareOutcome(devices=[_device_key(d) for d in record["devices"]])
-    try:
-        with state.locked():  # compare and write as one step, in one lock hold for the batch
-            changed = [r for r in resolved.values() if not _same_record(state.read_claim(r["uid"]), r)]
-            state.put_claims(changed)
-    except StateError as exc:
-        for key in resolved:
-            outcomes[key] = PrepareOutcome(error=f"cannot record the prepared claim: {exc}")
-    return outcomes
+    resolved = [
+        resolve_for_node(
+            claim,
+            state=state,
+            driver=driver,
+            node=node,
+            policy=policy,
+            devices=devices,
+            source=(sources or {}).get(_claim_key(claim)),
+            ipamclaims=ipamclaims,
+        )
+        for claim in claims
+    ]
+    return store_prepared(state, resolved)
 
 
 def unprepare_claims(state: StateDir, uids: list[str]) -> dict[str, str | None]:

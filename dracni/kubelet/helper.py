@@ -12,22 +12,82 @@ the same guards:
   name is another claim);
 - this driver's devices must be allocated from this node's pool (when the node is known);
 - one failing claim gets its own error string; the others go on;
-- calls are serialized: kubelet may prepare claims of different pods concurrently.
+- kubelet prepares claims of different pods concurrently, and so does the helper: a claim is
+  locked only against another call for the same claim, the claims of one batch are read and
+  resolved at the same time (each read is an API round trip), and only the state-dir write of
+  the batch holds the state lock.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
-from ..claims.prepare import PrepareOutcome, prepare_claims, unprepare_claims
+from ..claims.prepare import PrepareOutcome, Resolved, resolve_for_node, store_prepared, unprepare_claims
 from ..claims.sticky import IpamClaimGetter
 from ..state.store import StateDir
 
 if TYPE_CHECKING:
     from ..policy.binding import DeviceLookup
     from ..policy.config import TenantPolicy
+
+
+T = TypeVar("T")
+
+#: Claims of one batch read and resolved at the same time, at most (kubelet sends a pod's claims
+#: of one driver in one batch; pods with more claims than this are rare).
+BATCH_WORKERS = 8
+
+
+class ClaimLocks:
+    """One lock per claim UID, held while a call works on that claim.
+
+    Kubelet never prepares and unprepares one claim at the same time, but a slow call it gave
+    up on can still be running when it retries; the lock keeps the two apart.  Locks are taken
+    in sorted order, so two batches sharing claims cannot deadlock, and dropped when unused.
+    """
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._locks: dict[str, tuple[threading.Lock, int]] = {}
+
+    @contextmanager
+    def holding(self, uids: Iterable[str]) -> Iterator[None]:
+        """Hold the locks of all ``uids`` for the ``with`` block."""
+        held: list[str] = []
+        try:
+            for uid in sorted(set(uids)):
+                lock = self._enter(uid)
+                try:
+                    lock.acquire()
+                except BaseException:
+                    self._leave(uid, locked=False)
+                    raise
+                held.append(uid)
+            yield
+        finally:
+            for uid in reversed(held):
+                self._leave(uid, locked=True)
+
+    def _enter(self, uid: str) -> threading.Lock:
+        with self._mutex:
+            lock, users = self._locks.get(uid) or (threading.Lock(), 0)
+            self._locks[uid] = (lock, users + 1)
+            return lock
+
+    def _leave(self, uid: str, *, locked: bool) -> None:
+        with self._mutex:
+            lock, users = self._locks[uid]
+            if locked:
+                lock.release()
+            if users == 1:
+                del self._locks[uid]
+            else:
+                self._locks[uid] = (lock, users - 1)
 
 
 class ClaimRef(NamedTuple):
@@ -66,39 +126,52 @@ class KubeletPluginHelper:
     policy: TenantPolicy | None = None
     devices: DeviceLookup | None = None
     ipamclaims: IpamClaimGetter | None = None
-    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _locks: ClaimLocks = field(default_factory=ClaimLocks, init=False, repr=False)
+    _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
+    _pool_mutex: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def prepare(self, refs: list[ClaimRef]) -> dict[str, PrepareOutcome]:
         """claim UID -> outcome, one for every ref."""
-        with self._lock:
-            outcomes: dict[str, PrepareOutcome] = {}
-            fetched = []
-            origins: dict[str, str | None] = {}
-            for ref in refs:
-                claim, error = self._fetch(ref)
-                if claim is None:
-                    outcomes[ref.uid] = PrepareOutcome(error=error)
-                    continue
-                fetched.append(claim)
-                origins[ref.uid] = self.claims.path_of(ref.namespace, ref.name)
-            outcomes.update(
-                prepare_claims(
-                    self.state,
-                    fetched,
-                    driver=self.driver,
-                    node=self.node,
-                    policy=self.policy,
-                    devices=self.devices,
-                    ipamclaims=self.ipamclaims,
-                    sources=origins,
-                )
-            )
-        return outcomes
+        with self._locks.holding(ref.uid for ref in refs):
+            resolved = self._each(self._resolve, refs)
+            return store_prepared(self.state, resolved)
 
     def unprepare(self, refs: list[ClaimRef]) -> dict[str, str | None]:
         """claim UID -> error (None: done); unknown claims succeed."""
-        with self._lock:
+        with self._locks.holding(ref.uid for ref in refs):
             return unprepare_claims(self.state, [ref.uid for ref in refs])
+
+    def close(self) -> None:
+        """Stop the batch workers (idle ones; a running call finishes)."""
+        with self._pool_mutex:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _each(self, work: Callable[[ClaimRef], T], refs: list[ClaimRef]) -> list[T]:
+        """``work`` for every ref, at the same time when there are several; results in order."""
+        if len(refs) <= 1:
+            return [work(ref) for ref in refs]
+        with self._pool_mutex:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=BATCH_WORKERS, thread_name_prefix="dracni-claim")
+            pool = self._pool
+        return list(pool.map(work, refs))
+
+    def _resolve(self, ref: ClaimRef) -> Resolved:
+        claim, error = self._fetch(ref)
+        if claim is None:
+            return Resolved(ref.uid, PrepareOutcome(error=error))
+        return resolve_for_node(
+            claim,
+            state=self.state,
+            driver=self.driver,
+            node=self.node,
+            policy=self.policy,
+            devices=self.devices,
+            source=self.claims.path_of(ref.namespace, ref.name),
+            ipamclaims=self.ipamclaims,
+        )
 
     def _fetch(self, ref: ClaimRef) -> tuple[dict[str, Any] | None, str]:
         where = f"ResourceClaim {ref.namespace}/{ref.name}"

@@ -88,7 +88,7 @@ class DRAPluginServer:
         registry_dir: str,
         prepare: PrepareCallback,
         unprepare: UnprepareCallback,
-        max_workers: int = 8,
+        max_workers: int = 32,  # kubelet runs pods (and so their prepares) in parallel; health streams hold one each
     ) -> None:
         check_driver_name(driver)
         if max_workers < 1:

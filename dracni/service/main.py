@@ -129,6 +129,7 @@ class Service:
             thread = threading.Thread(target=loop, args=(self.stop_event,), name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
+        self._stops.append(self.helper.close)  # after the gRPC servers have stopped
         self.grpc.start()  # the DRA socket listens before the registration socket appears
         self._stops.append(lambda: self.grpc.stop(GRPC_GRACE_SECONDS))
         log.info("dracni kubelet plugin %s serving on node %s", self.opts.driver, self.opts.node)

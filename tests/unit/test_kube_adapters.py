@@ -281,3 +281,65 @@ def test_requests_say_they_are_dracni(fake):
     api.list_slices(f"spec.nodeName={NODE}")
     (request,) = fake.requests_to("GET", "/resourceslices")
     assert request.user_agent == f"dracni/{__version__} ({NODE})"
+
+
+def _gate_claim_gets(fake: FakeApiServer, gate) -> None:
+    """Run ``gate(name)`` inside the API server while it serves the GET of a claim (its
+    authorizer hook runs in the request's own thread, before the answer)."""
+
+    def authorizer(attrs) -> bool:
+        if attrs.resource == "resourceclaims" and attrs.verb == "get" and not attrs.subresource:
+            gate(attrs.name)
+        return True
+
+    fake.authorizer = authorizer
+
+
+def test_the_claims_of_a_batch_are_read_at_the_same_time(fake, api, tmp_path):
+    """Each read is an API round trip: a batch reads its claims concurrently.  The API server
+    holds every GET until all three are in flight; read one after another, they would break
+    the barrier (and fail to prepare)."""
+    import threading
+
+    claims = [make_claim(fake, name) for name in ("a", "b", "c")]
+    barrier = threading.Barrier(3, timeout=10)
+    _gate_claim_gets(fake, lambda _name: barrier.wait())
+    preparer = Preparer(state=StateDir(str(tmp_path / "state")), claims=ApiClaimSource(api), driver=DRIVER, node=NODE)
+    try:
+        outcomes = preparer.prepare([ref(c) for c in claims])
+    finally:
+        preparer.close()
+
+    assert {uid: o.error for uid, o in outcomes.items()} == dict.fromkeys((c["metadata"]["uid"] for c in claims), None)
+    assert not barrier.broken
+
+
+def test_a_slow_claim_holds_up_no_other_claim(fake, api, tmp_path):
+    """Kubelet prepares pods in parallel: a call stuck on one claim's read does not hold the
+    state lock or the claims of other calls."""
+    import threading
+
+    slow, quick = make_claim(fake, "slow"), make_claim(fake, "quick")
+    release, stuck = threading.Event(), threading.Event()
+
+    def gate(name: str) -> None:
+        if name == "slow":
+            stuck.set()
+            release.wait(10)
+
+    _gate_claim_gets(fake, gate)
+    state = StateDir(str(tmp_path / "state"))
+    preparer = Preparer(state=state, claims=ApiClaimSource(api), driver=DRIVER, node=NODE)
+    slow_outcome: dict = {}
+    worker = threading.Thread(target=lambda: slow_outcome.update(preparer.prepare([ref(slow)])))
+    worker.start()
+    try:
+        assert stuck.wait(10)
+        assert preparer.prepare([ref(quick)])[quick["metadata"]["uid"]].error is None
+        assert [c["name"] for c in state.list_claims()] == ["quick"]
+        assert preparer.unprepare([ref(quick)]) == {quick["metadata"]["uid"]: None}
+    finally:
+        release.set()
+        worker.join(10)
+    assert slow_outcome[slow["metadata"]["uid"]].error is None
+    assert [c["name"] for c in state.list_claims()] == ["slow"]
