@@ -150,6 +150,25 @@ class KubeApi:
             if exc.status != 404:
                 raise
 
+    # -- pods: list and watch of this node's pods (field selector spec.nodeName) ---------------
+    def list_node_pods(self, node: str) -> tuple[list[dict[str, Any]], str]:
+        """This node's pods; ``resourceVersion=0`` lets the API server answer from its watch
+        cache instead of etcd."""
+        data = _call(
+            self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node}", resource_version="0"
+        )
+        return data.get("items") or [], data.get("metadata", {}).get("resourceVersion", "")
+
+    def watch_node_pods(
+        self, node: str, resource_version: str, timeout_seconds: int
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        yield from self._watch(
+            self.core.list_pod_for_all_namespaces,
+            resource_version,
+            timeout_seconds,
+            field_selector=f"spec.nodeName={node}",
+        )
+
     # -- ipamclaims (k8s.cni.cncf.io/v1alpha1): get; status: update ------------------------------
     def get_ipamclaim(self, namespace: str, name: str) -> dict[str, Any] | None:
         group, version, plural = IPAMCLAIMS

@@ -58,6 +58,7 @@ class Service:
         from ..kube.status_sink import ApiStatusSink
         from ..kubelet.helper import KubeletPluginHelper
         from ..kubelet.server import DRAPluginServer
+        from ..kubelet.shared_claims import SharedClaimPods
         from ..state.store import StateDir
         from .metrics import HealthServer, observed_prepare, observed_unprepare
         from .status_publisher import StatusPublisher
@@ -76,6 +77,8 @@ class Service:
             devices=None,  # set below, once the slice publisher exists
             ipamclaims=self.api.get_ipamclaim,
         )
+        #: pods that join a claim kubelet already prepared here (it prepares a claim only once)
+        self.shared_claims = SharedClaimPods(self.api, self.state, opts.node, self.helper.prepare)
         self.grpc = DRAPluginServer(
             driver=opts.driver,
             plugins_dir=opts.plugins_dir,
@@ -122,7 +125,7 @@ class Service:
         if self.health:
             self.health.start()
             self._stops.append(self.health.stop)
-        loops = [("status-publisher", self.status.run)]
+        loops = [("status-publisher", self.status.run), ("shared-claim-pods", self.shared_claims.run)]
         if self.slices is not None:
             loops.append(("slice-publisher", self.slices.run))
         for name, loop in loops:

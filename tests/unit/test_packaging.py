@@ -401,6 +401,8 @@ KUBEAPI_PERMISSIONS: dict[str, set[Permission]] = {
     "get_ipamclaim": {Permission(IPAM, "ipamclaims", "", "get")},
     "replace_ipamclaim_status": {Permission(IPAM, "ipamclaims", "status", "update")},
     "get_node": {Permission(CORE, "nodes", "", "get")},
+    "list_node_pods": {Permission(CORE, "pods", "", "list")},
+    "watch_node_pods": {Permission(CORE, "pods", "", "watch")},
 }
 
 # kubernetes client method prefix -> RBAC verb (CustomObjectsApi says get_, the typed APIs read_).

@@ -1,5 +1,5 @@
-"""Core ``v1`` Nodes and Namespaces: read-only over HTTP (get, list, watch), seeded by the test
-(``add_namespace``, ``add_node``/``get_node``/``delete_node``)."""
+"""Core ``v1`` Nodes, Namespaces and Pods: read-only over HTTP (get, list, watch), seeded by the
+test (``add_namespace``, ``add_node``/``get_node``/``delete_node``, ``add_pod``/``delete_pod``)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from .store import Store
 
 NODES = Kind(RESOURCES["nodes"])
 NAMESPACES = Kind(RESOURCES["namespaces"])
+PODS = Kind(RESOURCES["pods"])
 
 
 def ensure_namespace(store: Store, name: str, labels: dict[str, str] | None = None) -> Obj:
@@ -68,3 +69,25 @@ class NodesAndNamespaces:
 
     def delete_node(self, name: str) -> Obj | None:
         return self._store.remove("nodes", "", name)
+
+    def add_pod(
+        self, namespace: str, name: str, *, node: str, claims: dict[str, str] | None = None, uid: str | None = None
+    ) -> Obj:
+        """A Pod as the scheduler leaves it: bound to ``node`` (``spec.nodeName``), naming
+        ``claims`` (pod claim name -> ResourceClaim name, ``spec.resourceClaims[].resourceClaimName``).
+        ``uid``: the pod's UID (a test that reserves a claim for the pod before binding it)."""
+        ensure_namespace(self._store, namespace)
+        obj = {
+            "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "main", "image": "busybox"}],
+                "resourceClaims": [{"name": k, "resourceClaimName": v} for k, v in (claims or {}).items()],
+            },
+            "status": {"phase": "Pending"},
+        }
+        with self._store.lock:
+            return self._store.create(PODS.res, namespace, obj, ("kube-scheduler", "Update", ""), keep_uid=bool(uid))
+
+    def delete_pod(self, namespace: str, name: str) -> Obj | None:
+        return self._store.remove("pods", namespace, name)

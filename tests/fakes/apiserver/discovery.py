@@ -75,7 +75,7 @@ def discovery(segments: list[str], port: int | None, ipamclaims: bool) -> dict[s
     if ipamclaims and segments == ["apis", IPAM_GROUP, IPAM_VERSION]:
         return _resource_list(IPAM_API_VERSION, ["ipamclaims"])
     if segments == ["api", "v1"]:
-        return _resource_list("v1", ["nodes", "namespaces"])
+        return _resource_list("v1", ["nodes", "namespaces", "pods"])
     if segments == ["apis", RESOURCE_GROUP, RESOURCE_VERSION]:
         return _resource_list(RESOURCE_API_VERSION, ["resourceclaims", "resourceslices"])
     return None

@@ -93,6 +93,18 @@ RESOURCES: dict[str, Resource] = {
     "nodes": Resource(
         "nodes", "Node", "", "v1", False, frozenset({"metadata.name", "spec.unschedulable"}), _READ, "node"
     ),
+    # Pods: read-only here (get, list, watch), seeded by the test (``add_pod``).  Field labels:
+    # pkg/registry/core/pod/strategy.go ToSelectableFields (the ones a node agent uses).
+    "pods": Resource(
+        "pods",
+        "Pod",
+        "",
+        "v1",
+        True,
+        frozenset({"metadata.name", "metadata.namespace", "spec.nodeName", "status.phase"}),
+        _READ,
+        "pod",
+    ),
     "namespaces": Resource(
         "namespaces", "Namespace", "", "v1", False, frozenset({"metadata.name", "status.phase"}), _READ, "namespace"
     ),

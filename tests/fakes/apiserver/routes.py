@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 Reply = tuple[int, Any] | None
 
 KINDS: dict[str, Kind] = {
-    kind.res.plural: kind for kind in (claims.KIND, slices.KIND, core.NODES, core.NAMESPACES, ipamclaims.KIND)
+    kind.res.plural: kind
+    for kind in (claims.KIND, slices.KIND, core.NODES, core.NAMESPACES, core.PODS, ipamclaims.KIND)
 }
 
 #: The URL prefix of each served group version, and its group (IPAMClaims' only while installed).
@@ -214,10 +215,8 @@ def resolve(fake: FakeApiServer, segments: list[str]) -> tuple[Kind, str, str, s
     else:
         raise path_not_found()
     namespace = ""
-    if group and len(rest) >= 3 and rest[0] == "namespaces":
-        namespace, rest = rest[1], rest[2:]
-    elif group == "" and rest[:1] == ["namespaces"] and len(rest) >= 3:
-        raise path_not_found()  # no namespaced core resources here
+    if len(rest) >= 3 and rest[0] == "namespaces" and (group or rest[2] in KINDS):
+        namespace, rest = rest[1], rest[2:]  # in the core group, /namespaces/NAME/status is not this
     if not rest:
         raise path_not_found()
     kind = KINDS.get(rest[0])
