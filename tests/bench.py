@@ -9,7 +9,8 @@ kubelet plugin service running against the test API server:
 (d) NodePrepareResources of 32 claims replayed (fake kubelet over gRPC; a GET per claim);
 (e) the time from a CNI ADD returning to its status.devices entry being visible in the API;
 (f) 15 pods sharing eth1 (15 claims, one shareID each): the ADD of the 15th pod against the
-    first, interleaved per round (no growth with the attachments already on the parent).
+    first, interleaved per round (no growth with the attachments already on the parent);
+(g) and (h), the service's API load and a burst of pod starts: ``tests/bench_cluster.py``.
 
 Targets (a) <= 30 ms, (b) <= 40 ms, (d) <= 50 ms, (e) p50 <= 250 ms on a 2-core machine.  Everything runs inside a
 throwaway "host" network namespace; the process re-executes itself there so that the timed
@@ -297,8 +298,12 @@ def bundle_startup() -> None:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--inner":
+        from tests.bench_cluster import api_load_bench, burst_bench
+
         inner(sys.argv[2])
         service_bench(sys.argv[2])
+        burst_bench(sys.argv[2])
+        api_load_bench(sys.argv[2])
         return
     import shutil
     import tempfile

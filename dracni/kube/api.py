@@ -17,6 +17,8 @@ from kubernetes.client.exceptions import ApiException
 APPLY_PATCH = "application/apply-patch+yaml"
 IPAMCLAIMS = ("k8s.cni.cncf.io", "v1alpha1", "ipamclaims")
 REQUEST_TIMEOUT = 30
+#: Connections kept open to the API server (the service's concurrent calls at most).
+CONNECTIONS = 32
 
 
 class ApiError(Exception):
@@ -45,6 +47,9 @@ def load_api_client(kubeconfig: str | None = None, node: str | None = None) -> c
     else:
         configuration = client.Configuration()
         config.load_incluster_config(client_configuration=configuration)
+    # Kubelet prepares pods in parallel and the service reads their claims at the same time:
+    # keep that many connections (the client's default is 5 per CPU).
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, CONNECTIONS)
     api_client = client.ApiClient(configuration)
     api_client.user_agent = user_agent(__version__, node)
     return api_client

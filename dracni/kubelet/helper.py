@@ -38,9 +38,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-#: Claims of one batch read and resolved at the same time, at most (kubelet sends a pod's claims
-#: of one driver in one batch; pods with more claims than this are rare).
-BATCH_WORKERS = 8
+#: Claims read and resolved at the same time, at most, over all calls (kubelet sends a pod's
+#: claims of one driver in one batch, and prepares pods in parallel).
+BATCH_WORKERS = 32
 
 
 class ClaimLocks:

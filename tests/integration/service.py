@@ -40,9 +40,15 @@ class ServiceProcess:
     """
 
     def __init__(
-        self, lab: Lab, api: FakeApiServer, kubeconfig: str | None = None, extra_args: tuple[str, ...] = ()
+        self,
+        lab: Lab,
+        api: FakeApiServer,
+        kubeconfig: str | None = None,
+        extra_args: tuple[str, ...] = (),
+        node: str = NODE,
     ) -> None:
         self.lab = lab
+        self.node = node
         self.extra_args = extra_args  # more options for kubelet-plugin (sharing, policy)
         self.api = api
         self.kubeconfig = kubeconfig or api.kubeconfig_path  # another one: e.g. through a proxy
@@ -63,7 +69,7 @@ class ServiceProcess:
             str(DRACNI_BINARY),
             "kubelet-plugin",
             f"--driver={DRIVER}",
-            f"--node-name={NODE}",
+            f"--node-name={self.node}",
             f"--kubeconfig={self.kubeconfig}",
             f"--state-dir={self.lab.state_dir}",
             f"--registry-dir={self.registry_dir}",
@@ -186,8 +192,9 @@ def create_allocated_claim(
     source: str = "FromClass",
     class_params: dict | None = None,
     share_id: str | None = None,
+    node: str = NODE,
 ) -> dict:
-    """A claim as a user writes it, then allocated and reserved as the scheduler does.
+    """A claim as a user writes it, then allocated and reserved as the scheduler does (on ``node``).
 
     ``params`` are the DeviceClass's network (``FromClass``: the allocation carries the class's
     config, the claim none) or the claim's own config (``FromClaim``), then with
@@ -216,13 +223,13 @@ def create_allocated_claim(
     allocation = {
         "devices": {
             "results": [
-                {"request": "net", "driver": DRIVER, "pool": NODE, "device": device}
+                {"request": "net", "driver": DRIVER, "pool": node, "device": device}
                 | ({"shareID": share_id, "consumedCapacity": {f"{DRIVER}/attachments": "1"}} if share_id else {})
             ],
             "config": [*class_config, {"source": source, "requests": ["net"], "opaque": opaque}],
         },
         "nodeSelector": {
-            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}]
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
         },
     }
     api.set_claim_allocation(namespace, name, allocation, [{"resource": "pods", "name": pod_name, "uid": pod_uid}])

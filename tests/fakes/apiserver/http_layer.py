@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -188,6 +189,8 @@ class HttpFrontend:
     requests: list[RecordedRequest]
     internal_errors: list[str]
     _injected: list[Injected]
+    #: seconds every request but a watch waits before it is served (0: none)
+    latency: float = 0.0
 
     def _dispatch(self, handler: Handler) -> None:
         parts = urlsplit(handler.path)
@@ -210,6 +213,8 @@ class HttpFrontend:
             record.user = self._authenticate(handler)
             record.body = decode_body(raw, content_type) if raw else None
             self._maybe_inject(handler.command, path)
+            if self.latency and not record.watch:
+                time.sleep(self.latency)  # a loaded or distant API server (benchmarks)
             answer = route(self, handler, record)  # type: ignore[arg-type]  # self is a FakeApiServer
             if answer is None:  # a watch stream answered already
                 record.status = 200

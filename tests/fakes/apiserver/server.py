@@ -37,7 +37,7 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
     status included), ``get_claim``, ``list_claims``, ``set_claim_allocation`` (the scheduler's
     write; ``None`` deallocates and clears ``status.devices``), ``delete_claim``, ``create_slice``,
     ``get_slice``, ``list_slices``, ``delete_all_slices(node=None, driver=None)`` (kubelet at start),
-    ``compact()``, ``events()``, ``resource_version``, ``fail_next(code, method=, path=, times=)``,
+    ``compact()``, ``events()``, ``resource_version``, ``fail_next(code, method=, path=, times=)``, ``latency`` (seconds each non-watch request waits),
     ``authorizer`` (``RequestAttributes -> bool``), ``requests``/``requests_to()``/``reset_requests()``,
     ``internal_errors``, ``stop()``/``start()`` (same port, same data), ``close()``.
 
