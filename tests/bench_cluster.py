@@ -28,7 +28,7 @@ from tests.harness import Lab
 NODES = 20
 POD_STARTS = int(os.environ.get("BENCH_POD_STARTS", "200"))
 BURST_PODS = 100
-LATENCY = 0.020
+LATENCY = float(os.environ.get("BENCH_API_LATENCY", "0.020"))
 
 
 def rss_mib(pid: int) -> tuple[float, float]:

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from ..claims.prepare import PrepareOutcome, Resolved, resolve_for_node, store_prepared, unprepare_claims
 from ..claims.sticky import IpamClaimGetter
-from ..state.store import StateDir
+from ..state.store import StateDir, StateError
+from .commits import GroupCommit
 
 if TYPE_CHECKING:
     from ..policy.binding import DeviceLookup
@@ -127,19 +128,35 @@ class KubeletPluginHelper:
     devices: DeviceLookup | None = None
     ipamclaims: IpamClaimGetter | None = None
     _locks: ClaimLocks = field(default_factory=ClaimLocks, init=False, repr=False)
+    _commits: GroupCommit = field(init=False, repr=False)
     _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
     _pool_mutex: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._commits = GroupCommit(self.state)
 
     def prepare(self, refs: list[ClaimRef]) -> dict[str, PrepareOutcome]:
         """claim UID -> outcome, one for every ref."""
         with self._locks.holding(ref.uid for ref in refs):
             resolved = self._each(self._resolve, refs)
-            return store_prepared(self.state, resolved)
+            try:
+                return self._commits.run(lambda state: store_prepared(state, resolved))
+            except StateError as exc:
+                return {
+                    r.key: r.outcome
+                    if r.record is None
+                    else PrepareOutcome(error=f"cannot record the prepared claim: {exc}")
+                    for r in resolved
+                }
 
     def unprepare(self, refs: list[ClaimRef]) -> dict[str, str | None]:
         """claim UID -> error (None: done); unknown claims succeed."""
-        with self._locks.holding(ref.uid for ref in refs):
-            return unprepare_claims(self.state, [ref.uid for ref in refs])
+        uids = [ref.uid for ref in refs]
+        with self._locks.holding(uids):
+            try:
+                return self._commits.run(lambda state: unprepare_claims(state, uids))
+            except StateError as exc:
+                return dict.fromkeys(uids, str(exc))
 
     def close(self) -> None:
         """Stop the batch workers (idle ones; a running call finishes)."""

@@ -30,7 +30,15 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
+#: Libraries whose debug output is a line per HTTP request or netlink message: they log at
+#: warning and above whatever the service's level (their debug lines say nothing about dracni
+#: and, with many calls at once, the shared log handler's lock becomes the service's bottleneck).
+QUIET_LIBRARIES = ("urllib3", "kubernetes", "pyroute2", "grpc")
+
+
 def setup_logging(fmt: str = "text", level: str = "info") -> None:
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.WARNING)
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())

@@ -11,7 +11,10 @@ Layout (schema: ``spec/state-records.schema.json``)::
     <root>/cache/plugin-versions.json     delegate VERSION answers, keyed by binary identity
 
 Records are written atomically (temp file, fsync, rename, fsync of the directory) while the
-state lock is held; readers never need the lock because a rename is atomic.  The lock is held
+state lock is held; readers never need the lock because a rename is atomic.  The service
+groups the writes of concurrent kubelet calls into one lock hold (``batched()``): every record
+is still written to a temp file and fsynced before it is renamed into place, but the fsyncs of
+the batch run at the same time, and each directory is fsynced once.  The lock is held
 only around record writes, never around delegate execs, so ADD/DEL of different pods do not
 wait on each other for longer than a record write.
 
@@ -58,6 +61,8 @@ class StateDir:
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
         self._lock: StateLock | None = None  # made on the first write: reads take no lock
+        #: path -> new bytes (None: deleted) while a ``batched()`` block defers its writes
+        self._pending: dict[str, bytes | None] | None = None
 
     # -- paths ---------------------------------------------------------------------------
     @property
@@ -87,9 +92,17 @@ class StateDir:
             self._lock = StateLock(os.path.join(self.root, "state.lock"), prepare=self.ensure, error=StateError)
         return self._lock.held(timeout)
 
+    def batched(self) -> Batch:
+        """``with state.locked(), state.batched():`` stages the block's record writes and
+        deletions (reads see them) and applies them on exit; see ``Batch``."""
+        return Batch(self)
+
     # -- low-level record I/O --------------------------------------------------------------
     def _read(self, path: str) -> Any:
-        data = read_if_exists(path, StateError)
+        if self._pending is not None and path in self._pending:
+            data = self._pending[path]
+        else:
+            data = read_if_exists(path, StateError)
         if data is None:
             return None
         try:
@@ -105,6 +118,9 @@ class StateDir:
         """Atomically replace ``path`` with ``record``; the caller holds the lock."""
         assert self._lock is not None and self._lock.is_mine(), "state writes must hold the state lock"
         record["schema"] = SCHEMA_VERSION
+        if self._pending is not None:
+            self._pending[path] = jsonio.dumps(record, pretty=True)
+            return
         try:
             write_atomic(path, jsonio.dumps(record, pretty=True), FILE_MODE)
         except OSError as exc:
@@ -112,6 +128,10 @@ class StateDir:
 
     def _delete(self, path: str) -> bool:
         assert self._lock is not None and self._lock.is_mine(), "state writes must hold the state lock"
+        if self._pending is not None:
+            existed = self._pending[path] is not None if path in self._pending else os.path.exists(path)
+            self._pending[path] = None
+            return existed
         try:
             os.unlink(path)
         except FileNotFoundError:
@@ -125,10 +145,17 @@ class StateDir:
         try:
             names = os.listdir(os.path.join(self.root, kind))
         except FileNotFoundError:
-            return []
+            names = []
         except OSError as exc:
             raise StateError(f"cannot list {self.root}/{kind}: {exc.strerror}") from exc
-        return sorted(n[:-5] for n in names if n.endswith(".json"))
+        stems = {n[:-5] for n in names if n.endswith(".json")}
+        if self._pending:
+            directory = os.path.join(self.root, kind)
+            for path, data in self._pending.items():
+                if os.path.dirname(path) == directory:
+                    stem = os.path.basename(path)[:-5]
+                    (stems.add if data is not None else stems.discard)(stem)
+        return sorted(stems)
 
     # -- prepared claims and the pod index -------------------------------------------------
     def read_claim(self, uid: str) -> PreparedClaim | None:
@@ -353,3 +380,73 @@ class PluginVersionCache:
         self._entries[key] = versions
         live = {k: v for k, v in self._entries.items() if os.path.exists(k.split("|", 1)[0])}
         self.state.write_cache(self.NAME, {"kind": R.PLUGIN_VERSIONS, **live})
+
+
+class Batch:
+    """The record writes of one ``with`` block, applied together (``StateDir.batched()``).
+
+    Inside the block writes and deletions are staged in memory, and reads of the state dir
+    object see them.  On a clean exit every new record goes to a temp file; the temp files
+    are fsynced at the same time (the file system commits them together), then renamed into
+    place, deletions done, and each directory touched fsynced once.  If a temp file cannot be
+    written or synced nothing is applied (StateError).  An exception in the block discards
+    what it staged.  Only the service uses it (it imports threads); the state lock must be
+    held around the block.
+    """
+
+    def __init__(self, state: StateDir) -> None:
+        self.state = state
+
+    def __enter__(self) -> Batch:
+        assert self.state._pending is None, "batches do not nest"
+        assert self.state._lock is not None and self.state._lock.is_mine(), "a batch must hold the state lock"
+        self.state._pending = {}
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        pending, self.state._pending = self.state._pending or {}, None
+        if exc_type is None and pending:
+            apply_together(pending)
+
+
+def apply_together(pending: dict[str, bytes | None]) -> None:
+    """Write, fsync (in parallel), rename and delete; then fsync each directory once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    writes = {path: data for path, data in pending.items() if data is not None}
+    temps = {
+        path: os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp{os.getpid()}") for path in writes
+    }
+
+    def stage(path: str) -> None:
+        fd = os.open(temps[path], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+        try:
+            view = memoryview(writes[path])
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    with ThreadPoolExecutor(max_workers=min(8, max(1, len(writes)))) as pool:
+        try:
+            list(pool.map(stage, writes))
+        except OSError as exc:
+            for temp in temps.values():
+                try:
+                    os.unlink(temp)
+                except OSError:
+                    pass
+            raise StateError(f"cannot write state records: {exc}") from exc
+        try:
+            for path in pending:
+                if path in temps:
+                    os.rename(temps[path], path)
+                else:
+                    try:
+                        os.unlink(path)
+                    except FileNotFoundError:
+                        pass
+            list(pool.map(fsync_dir, sorted({os.path.dirname(path) for path in pending})))
+        except OSError as exc:
+            raise StateError(f"cannot apply state records: {exc}") from exc

@@ -1,0 +1,83 @@
+"""Group commit of the service's state writes.
+
+Each prepare or unprepare ends in a few record writes, and each write costs fsyncs (about
+2.5 ms each on a virtual disk) under the state lock: a burst of pod starts would queue behind
+the lock one call at a time.  Here the calls that arrive while a commit is running wait for
+the next one, and one caller (the leader) runs all their writes in one lock hold as one
+``StateDir.batched()`` block: the fsyncs of the batch run at the same time, and each directory
+is fsynced once.  A call alone commits at once, as before.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from ..state.store import StateDir, StateError
+
+T = TypeVar("T")
+
+
+class _Waiting(Generic[T]):
+    def __init__(self, work: Callable[[StateDir], T]) -> None:
+        self.work = work
+        self.done = threading.Event()
+        self.result: T | None = None
+        self.error: BaseException | None = None
+
+
+class GroupCommit:
+    """``run(work)``: ``work(state)`` inside a batch shared with the calls waiting meanwhile.
+
+    ``work`` stages record writes through the state dir's usual methods.  An exception from one
+    ``work`` is its caller's alone (what it staged before raising is kept, as without a batch);
+    a failure to apply the batch is every caller's StateError.
+    """
+
+    def __init__(self, state: StateDir) -> None:
+        self.state = state
+        self._mutex = threading.Lock()
+        self._queue: list[_Waiting[object]] = []
+        self._leading = False
+
+    def run(self, work: Callable[[StateDir], T]) -> T:
+        waiting = _Waiting(work)
+        with self._mutex:
+            self._queue.append(waiting)  # type: ignore[arg-type]
+            lead = not self._leading
+            self._leading = True
+        if lead:
+            self._lead()
+        waiting.done.wait()
+        if waiting.error is not None:
+            raise waiting.error
+        return waiting.result  # type: ignore[return-value]
+
+    def _lead(self) -> None:
+        while True:
+            with self._mutex:
+                batch, self._queue = self._queue, []
+                if not batch:
+                    self._leading = False
+                    return
+            try:
+                with self.state.locked(), self.state.batched():
+                    for waiting in batch:
+                        try:
+                            waiting.result = waiting.work(self.state)
+                        except Exception as exc:
+                            waiting.error = exc
+            except StateError as exc:
+                for waiting in batch:
+                    waiting.error = waiting.error or exc
+            except BaseException as exc:  # KeyboardInterrupt, SystemExit: fail every waiting call
+                with self._mutex:
+                    batch, self._queue = batch + self._queue, []
+                    self._leading = False
+                for waiting in batch:
+                    waiting.error = waiting.error or exc
+                    waiting.done.set()
+                raise
+            for waiting in batch:
+                waiting.done.set()
