@@ -298,6 +298,7 @@ class LinkMonitor:
 
     def _marshal(self) -> Any:
         if self._parser is None:
+            import pyroute2  # noqa: F401  the package first: marshal alone is a circular import
             from pyroute2.netlink.rtnl.marshal import MarshalRtnl
 
             self._parser = MarshalRtnl()
@@ -376,15 +377,26 @@ class HealthReport:
 
 class DeviceHealthReporter:
     """Device health for the kubelet stream: the offered devices (``offered``, device name ->
-    Offer, e.g. the slice publisher's ``offered``) by the links ``LinkMonitor`` sees.
+    Offer, e.g. the slice publisher's ``offered``) by the links ``LinkMonitor`` sees.  The
+    monitor's thread recomputes them after every netlink batch and every ``POLL_SECONDS``.
 
     ``watch()`` yields the full list first, again whenever a device's health changes, and
     again every ``RESEND_SECONDS`` while the monitor is alive; it ends at ``close()``.
     """
 
-    def __init__(self, *, pool: str, offered: Callable[[], Mapping[str, Offer]], netns: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        pool: str,
+        offered: Callable[[], Mapping[str, Offer]],
+        netns: str | None = None,
+        ready: Callable[[], bool] | None = None,
+    ) -> None:
         self.pool = pool
         self.offered = offered
+        #: Streams send nothing before this is true (e.g. the slices are published), so their
+        #: first message lists every device the node offers.
+        self.ready = ready
         self.monitor = LinkMonitor(netns, on_change=self.refresh)
         self._cond = threading.Condition()
         self._version = 0
@@ -415,6 +427,8 @@ class DeviceHealthReporter:
 
     def refresh(self) -> None:
         """Recompute the devices' health; watchers hear of it when anything changed."""
+        if self.ready is not None and not self.ready():
+            return
         try:
             offered = dict(self.offered())
         except Exception as exc:  # the device list is someone else's: keep the last one

@@ -110,6 +110,8 @@ class Service:
             sharing=opts.sharing,
         )
         # Device health (kubelet's health stream) covers the devices the node publishes.
+        if self.slices is not None:
+            self.device_health.ready = self.slices.published.is_set
         self.device_health.offered = (
             self.slices.offered
             if self.slices is not None
