@@ -146,7 +146,10 @@ class Service:
             self._threads.append(thread)
         # The link monitor enters the node's netns with setns on its own thread, before any
         # gRPC thread exists; its streams end (cleanly) before the gRPC server stops.
-        self.device_health.start()
+        try:
+            self.device_health.start()
+        except OSError as exc:  # health is optional: prepare must work without it
+            log.error("cannot watch the NICs' links (%s): kubelet will see their health as Unknown", exc)
         self._stops.append(self.device_health.monitor.stop)
         self.grpc.start()  # the DRA socket listens before the registration socket appears
         self._stops.append(lambda: self.grpc.stop(GRPC_GRACE_SECONDS))

@@ -17,6 +17,7 @@ from dracni.inventory.health import (
     UNHEALTHY,
     UNKNOWN,
     DeviceHealthReporter,
+    DiscoveredOffers,
     LinkState,
     device_health,
     link_health,
@@ -93,6 +94,22 @@ def test_a_device_no_longer_offered_is_reported_unknown():
 def test_messages_fit_kubelets_limit():
     got = device_health(POOL, {"d": offer("d", "x" * 2000)}, {})
     assert len(got[0].message) <= 1024
+
+
+def test_without_slices_the_devices_are_discovered_again_only_when_links_change():
+    names = [frozenset({"lo", "eth1"})]
+    discoveries = []
+
+    def discover():
+        discoveries.append(1)
+        return {"eth1": offer("eth1", "eth1")}
+
+    devices = DiscoveredOffers(lambda: names[0], discover)
+    assert devices() == devices() == {"eth1": offer("eth1", "eth1")}
+    assert len(discoveries) == 1
+    names[0] = frozenset({"lo", "eth1", "eth2"})
+    devices()
+    assert len(discoveries) == 2
 
 
 # -- kubelet's choice of service (the fake's model) ------------------------------------------
