@@ -231,8 +231,9 @@ class LinkMonitor:
             return {link.name: link for link in self._links.values()}
 
     def alive(self) -> bool:
-        """Whether the thread has read netlink recently (its view is current)."""
-        return self._thread is not None and time.monotonic() - self._alive_at < ALIVE_SECONDS
+        """Whether the thread runs and has read netlink recently (its view is current)."""
+        thread = self._thread
+        return thread is not None and thread.is_alive() and time.monotonic() - self._alive_at < ALIVE_SECONDS
 
     def start(self) -> None:
         ready = threading.Event()
@@ -381,7 +382,7 @@ class DeviceHealthReporter:
     monitor's thread recomputes them after every netlink batch and every ``POLL_SECONDS``.
 
     ``watch()`` yields the full list first, again whenever a device's health changes, and
-    again every ``RESEND_SECONDS`` while the monitor is alive; it ends at ``close()``.
+    again every ``resend_seconds`` while the monitor is alive; it ends at ``close()``.
     """
 
     def __init__(
@@ -391,8 +392,10 @@ class DeviceHealthReporter:
         offered: Callable[[], Mapping[str, Offer]],
         netns: str | None = None,
         ready: Callable[[], bool] | None = None,
+        resend_seconds: float = RESEND_SECONDS,
     ) -> None:
         self.pool = pool
+        self.resend_seconds = resend_seconds
         self.offered = offered
         #: Streams send nothing before this is true (e.g. the slices are published), so their
         #: first message lists every device the node offers.
@@ -463,7 +466,7 @@ class DeviceHealthReporter:
                         return
                     if self._primed and self._version != seen:
                         break
-                    due = sent_at + RESEND_SECONDS - time.monotonic()
+                    due = sent_at + self.resend_seconds - time.monotonic()
                     alive = self.monitor.alive()
                     if self._primed and due <= 0 and alive:
                         break

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 from contextlib import contextmanager
 
 import grpc
@@ -145,10 +146,10 @@ OFFERED = {
 
 
 @contextmanager
-def serving(node: Netns, *, health: bool = True):
+def serving(node: Netns, *, health: bool = True, resend: float = 10.0):
     """The DRA plugin server with a device health reporter on ``node``'s links."""
     sockdir = tempfile.mkdtemp(dir="/tmp", prefix="drh-")
-    reporter = DeviceHealthReporter(pool=POOL, offered=lambda: OFFERED, netns=node.path)
+    reporter = DeviceHealthReporter(pool=POOL, offered=lambda: OFFERED, netns=node.path, resend_seconds=resend)
     server = DRAPluginServer(
         driver=DRIVER,
         plugins_dir=os.path.join(sockdir, "plugins"),
@@ -215,6 +216,24 @@ def test_the_stream_ends_cleanly_when_the_reporter_closes(node):
         assert not kubelet.errors
         # kubelet clears the driver's health when a stream ends (HandleWatchResourcesStream)
         assert kubelet.health(POOL, "eth1")[0] == UNKNOWN
+
+
+@needs_netns
+def test_the_list_is_re_sent_while_the_link_monitor_lives_and_not_after(node):
+    """Kubelet keeps a device's health for its timeout from receipt: the full list goes out
+    again and again, but a dead monitor vouches for nothing, so kubelet decays to Unknown."""
+    with (
+        serving(node, resend=0.1) as (server, reporter),
+        HealthWatcher(server.dra_socket, DRIVER, V1, retry_interval=60) as kubelet,
+    ):
+        responses = [[device[:5] for device in r] for r in kubelet.wait_responses(4)]  # less last_updated_time
+        assert all(r == responses[0] for r in responses[1:4])
+        reporter.monitor.stop()
+        count = len(kubelet.wait_responses(1))
+        stopped = threading.Event()
+        stopped.wait(0.6)
+        assert len(kubelet.responses) <= count + 1  # at most one already on its way
+        assert not kubelet.errors
 
 
 @needs_netns
