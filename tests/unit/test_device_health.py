@@ -26,7 +26,7 @@ from dracni.inventory.health import (
 from dracni.inventory.nics import Nic
 from dracni.inventory.sharing import EXCLUSIVE, SHARED, SLOTS
 from dracni.inventory.slices import Offer
-from dracni.kubelet.server import HEALTH_SERVICES, SUPPORTED_SERVICES, DRAPluginServer
+from dracni.kubelet.server import HEALTH_SERVICES, MAX_HEALTH_STREAMS, SUPPORTED_SERVICES, DRAPluginServer
 from tests.fakes import kubelet_health
 from tests.fakes.kubelet_health import V1, V1ALPHA1, V1BETA1, HealthWatcher, health_service_for, plugin_info
 from tests.harness import Netns, ip
@@ -234,6 +234,25 @@ def test_the_list_is_re_sent_while_the_link_monitor_lives_and_not_after(node):
         stopped.wait(0.6)
         assert len(kubelet.responses) <= count + 1  # at most one already on its way
         assert not kubelet.errors
+
+
+@needs_netns
+def test_streams_are_capped_and_a_gone_kubelet_frees_its_stream(node):
+    """At most MAX_HEALTH_STREAMS at once (the rest: RESOURCE_EXHAUSTED), so streams never take
+    every worker thread; a stream whose kubelet went away ends and frees its place."""
+    with serving(node) as (server, _):
+        watchers = [HealthWatcher(server.dra_socket, DRIVER, V1, retry_interval=60) for _ in range(MAX_HEALTH_STREAMS)]
+        extra = HealthWatcher(server.dra_socket, DRIVER, V1ALPHA1, retry_interval=60)
+        try:
+            for w in watchers:
+                w.start().wait_responses(1)
+            assert extra.start().wait_errors(1) == [grpc.StatusCode.RESOURCE_EXHAUSTED]
+        finally:
+            for w in [*watchers, extra]:
+                w.close()
+        for _ in range(MAX_HEALTH_STREAMS + 2):  # then one after another: each frees its place
+            with HealthWatcher(server.dra_socket, DRIVER, V1, retry_interval=60) as kubelet:
+                kubelet.wait_responses(1)
 
 
 @needs_netns
