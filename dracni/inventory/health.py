@@ -451,10 +451,6 @@ class DeviceHealthReporter:
                 self._primed = True
                 self._cond.notify_all()
 
-    def report(self) -> HealthReport:
-        with self._cond:
-            return HealthReport(self._devices, int(time.time()))
-
     def watch(self, active: Callable[[], bool] = lambda: True) -> Iterator[HealthReport]:
         """The reports one stream sends, until ``close()`` or ``active()`` turns False."""
         seen = -1
