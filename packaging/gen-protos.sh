@@ -4,9 +4,9 @@
 #   packaging/gen-protos.sh [OUT_DIR]     default OUT_DIR: dracni/kubelet/proto
 #   PYTHON=...                            the interpreter with grpcio-tools (default .venv/bin/python)
 #
-# Upstream names all three files `api.proto`.  Compiling with `-Ispec` registers each
+# Upstream names every one of these files `api.proto`.  Compiling with `-Ispec` registers each
 # descriptor under its unique path, `k8s.io/kubelet/pkg/apis/<api>/<version>/api.proto`, so
-# the three load into one process without a "duplicate file name" clash.  protoc then writes
+# they all load into one process without a "duplicate file name" clash.  protoc then writes
 # the modules under `k8s/io/kubelet/...`, which is no place for them in dracni: they are
 # generated into a temp dir and moved to flat names in OUT_DIR, with the `_grpc` modules
 # importing their message module relatively and the message classes' `__module__` naming
@@ -24,6 +24,9 @@ MODULES=(
   "dra/v1                 dra_v1"
   "dra/v1beta1            dra_v1beta1"
   "pluginregistration/v1  registration"
+  "dra-health/v1          health_v1"
+  "dra-health/v1beta1     health_v1beta1"
+  "dra-health/v1alpha1    health_v1alpha1"
 )
 
 tmp="$(mktemp -d)"
@@ -39,9 +42,10 @@ done
 mkdir -p "$tmp/out"
 for entry in "${MODULES[@]}"; do
   read -r dir name <<<"$entry"
-  pkg="k8s.io.kubelet.pkg.apis.${dir//\//.}"   # the proto's python module path, dotted
+  pydir="${dir//-/_}"                           # protoc's python paths have "_" for "-"
+  pkg="k8s.io.kubelet.pkg.apis.${pydir//\//.}"   # the proto's python module path, dotted
   pkg_re="${pkg//./\\.}"
-  src="$tmp/k8s/io/kubelet/pkg/apis/$dir"
+  src="$tmp/k8s/io/kubelet/pkg/apis/$pydir"
 
   sed -e "s|'${pkg_re}\\.api_pb2'|'dracni.kubelet.proto.${name}_pb2'|" \
     "$src/api_pb2.py" >"$tmp/out/${name}_pb2.py"

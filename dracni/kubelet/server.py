@@ -3,6 +3,8 @@ socket kubelet's plugin watcher finds it through (docs/contracts.md section 2).
 
 - ``<plugins_dir>/<driver>/dra.sock``: ``DRAPlugin`` in both ``k8s.io.kubelet.pkg.apis.dra.v1``
   (kubelet 1.34+) and ``...v1beta1`` (1.32, 1.33), on one gRPC server.
+- the same socket also serves ``DRAResourceHealth`` (``v1``, ``v1beta1``, ``v1alpha1``) when a
+  health source is given: kubelet's stream of device health (``_HealthService``);
 - ``<registry_dir>/<driver>-reg.sock``: ``pluginregistration.Registration``, on a second server
   bound only once the DRA socket accepts connections: kubelet dials the endpoint as soon as it
   has registered the plugin.
@@ -23,9 +25,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent import futures
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
@@ -38,6 +40,12 @@ from dracni.kubelet.proto import (
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2,
     dra_v1beta1_pb2_grpc,
+    health_v1_pb2,
+    health_v1_pb2_grpc,
+    health_v1alpha1_pb2,
+    health_v1alpha1_pb2_grpc,
+    health_v1beta1_pb2,
+    health_v1beta1_pb2_grpc,
     registration_pb2,
     registration_pb2_grpc,
 )
@@ -49,6 +57,9 @@ from dracni.kubelet.sockets import (
     wait_until_serving,
 )
 
+if TYPE_CHECKING:
+    from dracni.inventory.health import HealthReport
+
 log = logging.getLogger(__name__)
 
 #: ``PluginInfo.type`` of a DRA driver's kubelet plugin.
@@ -56,10 +67,31 @@ PLUGIN_TYPE = "DRAPlugin"
 #: ``PluginInfo.supported_versions``: "<proto package>.<service>", most recent first. Kubelet
 #: takes the first one of this list that it speaks.
 SUPPORTED_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+#: The health services, listed after those when served.  Kubelet 1.37 streams health only
+#: from a plugin that lists one (pickHealthService: v1, else v1alpha1); 1.34-1.36 dial
+#: v1alpha1 whatever the list says.  A kubelet ignores entries it does not know
+#: (validateSupportedServices looks for the first DRAPlugin it speaks).
+HEALTH_SERVICES = ("v1.DRAResourceHealth", "v1beta1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
+#: Kubelet keeps one health stream per plugin open; more than this at once are refused
+#: (RESOURCE_EXHAUSTED) so that streams never take all of the server's worker threads.
+MAX_HEALTH_STREAMS = 4
 
 
 PrepareCallback = Callable[[list[ClaimRef]], Mapping[str, PrepareOutcome]]
 UnprepareCallback = Callable[[list[ClaimRef]], Mapping[str, str | None]]
+
+
+class HealthSource(Protocol):
+    """Where the health stream's reports come from (``inventory.health.DeviceHealthReporter``)."""
+
+    def watch(self, active: Callable[[], bool]) -> Iterator[HealthReport]:
+        """The full list first, then again on every change and as a keep-alive; ends when
+        the source closes or ``active()`` turns False."""
+        ...
+
+    def wake(self) -> None:
+        """Make every ``watch`` look at ``active()`` again."""
+        ...
 
 
 def check_driver_name(driver: str) -> None:
@@ -89,6 +121,7 @@ class DRAPluginServer:
         prepare: PrepareCallback,
         unprepare: UnprepareCallback,
         max_workers: int = 32,  # kubelet runs pods (and so their prepares) in parallel; health streams hold one each
+        health: HealthSource | None = None,
     ) -> None:
         check_driver_name(driver)
         if max_workers < 1:
@@ -101,6 +134,10 @@ class DRAPluginServer:
         self._prepare_cb = prepare
         self._unprepare_cb = unprepare
         self._max_workers = max_workers
+        self._health = health
+        self._health_streams = threading.BoundedSemaphore(MAX_HEALTH_STREAMS)
+        #: ``PluginInfo.supported_versions``
+        self.services = SUPPORTED_SERVICES + (HEALTH_SERVICES if health is not None else ())
 
         #: Set while kubelet reports the plugin registered (NotifyRegistrationStatus).
         self.registered_event = threading.Event()
@@ -170,6 +207,15 @@ class DRAPluginServer:
                 dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(
                     _DRAService(self, dra_v1beta1_pb2, "v1beta1", share_id=False), self._dra_server
                 )
+                if self._health is not None:
+                    for pb2, grpc_mod, version in (
+                        (health_v1_pb2, health_v1_pb2_grpc, "v1"),
+                        (health_v1beta1_pb2, health_v1beta1_pb2_grpc, "v1beta1"),
+                        (health_v1alpha1_pb2, health_v1alpha1_pb2_grpc, "v1alpha1"),
+                    ):
+                        grpc_mod.add_DRAResourceHealthServicer_to_server(
+                            _HealthService(self, self._health, pb2, version), self._dra_server
+                        )
                 self._bind(self._dra_server, self.dra_socket)
                 self._dra_server.start()
                 wait_until_serving(self.dra_socket, ready_timeout)
@@ -190,7 +236,7 @@ class DRAPluginServer:
             "serving DRA driver %s on %s (%s); registration on %s",
             self.driver,
             self.dra_socket,
-            ", ".join(SUPPORTED_SERVICES),
+            ", ".join(self.services),
             self.registration_socket,
         )
 
@@ -301,6 +347,45 @@ class _DRAService:
         return response
 
 
+class _HealthService:
+    """``DRAResourceHealth`` of one API version (the messages are the same in all three).
+
+    A stream sends the source's reports until the source closes (the service stops: the
+    stream ends with OK, and kubelet dials again later) or kubelet goes away.
+    """
+
+    def __init__(self, owner: DRAPluginServer, source: HealthSource, pb2: Any, version: str) -> None:
+        self._owner = owner
+        self._source = source
+        self._pb2 = pb2
+        self._version = version
+
+    def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        if not self._owner._health_streams.acquire(blocking=False):
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"at most {MAX_HEALTH_STREAMS} health streams at once")
+        try:
+            context.add_callback(self._source.wake)
+            log.info("kubelet watches device health (%s)", self._version)
+            for report in self._source.watch(context.is_active):
+                yield self._response(report)
+            log.info("device health stream (%s) ended", self._version)
+        finally:
+            self._owner._health_streams.release()
+
+    def _response(self, report: HealthReport) -> Any:
+        pb2 = self._pb2
+        response = pb2.NodeWatchResourcesResponse()
+        for device in report.devices:
+            response.devices.add(
+                device=pb2.DeviceIdentifier(pool_name=device.pool, device_name=device.device),
+                health=pb2.HealthStatus.Value(device.health.upper()),
+                last_updated_time=report.checked_at,
+                health_check_timeout_seconds=report.timeout_seconds,
+                message=device.message,
+            )
+        return response
+
+
 class _RegistrationService:
     def __init__(self, owner: DRAPluginServer) -> None:
         self._owner = owner
@@ -311,7 +396,7 @@ class _RegistrationService:
             type=PLUGIN_TYPE,
             name=self._owner.driver,
             endpoint=self._owner.dra_socket,
-            supported_versions=list(SUPPORTED_SERVICES),
+            supported_versions=list(self._owner.services),
         )
 
     def NotifyRegistrationStatus(self, request: Any, context: grpc.ServicerContext) -> Any:

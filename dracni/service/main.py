@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .. import defaults
 from ..inventory.sharing import Sharing
@@ -50,6 +51,7 @@ class Service:
 
     def __init__(self, opts: ServiceOptions) -> None:
         from ..claims.api_source import ApiClaimSource
+        from ..inventory.health import DeviceHealthReporter, DiscoveredOffers
         from ..inventory.lookup import NodeDevices
         from ..inventory.nics import eligible
         from ..inventory.publisher import SlicePublisher
@@ -79,12 +81,14 @@ class Service:
         )
         #: pods that join a claim kubelet already prepared here (it prepares a claim only once)
         self.shared_claims = SharedClaimPods(self.api, self.state, opts.node, self.helper.prepare)
+        self.device_health = DeviceHealthReporter(pool=opts.node, offered=lambda: {}, netns=opts.netns)
         self.grpc = DRAPluginServer(
             driver=opts.driver,
             plugins_dir=opts.plugins_dir,
             registry_dir=opts.registry_dir,
             prepare=observed_prepare(self.helper.prepare),
             unprepare=observed_unprepare(self.helper.unprepare),
+            health=self.device_health,
         )
         self.status = StatusPublisher(
             self.state, ApiStatusSink(self.api), opts.driver, on_published=IpamClaimWriter(self.api).sync
@@ -107,6 +111,17 @@ class Service:
             offered=lambda nic: eligible(nic, opts.nic_include or None, opts.nic_exclude or None),
             published=self.slices.offered if self.slices is not None else None,
             sharing=opts.sharing,
+        )
+        # Device health (kubelet's health stream) covers the devices the node publishes.
+        if self.slices is not None:
+            self.device_health.ready = self.slices.published.is_set
+        self.device_health.offered = (
+            self.slices.offered
+            if self.slices is not None
+            else DiscoveredOffers(
+                lambda: frozenset(self.device_health.monitor.links()),
+                lambda: _discovered_offers(opts),
+            )
         )
         self.health = HealthServer(opts.health_address, self.ready) if opts.health_address else None
         self._threads: list[threading.Thread] = []
@@ -133,8 +148,16 @@ class Service:
             thread.start()
             self._threads.append(thread)
         self._stops.append(self.helper.close)  # after the gRPC servers have stopped
+        # The link monitor enters the node's netns with setns on its own thread, before any
+        # gRPC thread exists; its streams end (cleanly) before the gRPC server stops.
+        try:
+            self.device_health.start()
+        except OSError as exc:  # health is optional: prepare must work without it
+            log.error("cannot watch the NICs' links (%s): kubelet will see their health as Unknown", exc)
+        self._stops.append(self.device_health.monitor.stop)
         self.grpc.start()  # the DRA socket listens before the registration socket appears
         self._stops.append(lambda: self.grpc.stop(GRPC_GRACE_SECONDS))
+        self._stops.append(self.device_health.close)
         log.info("dracni kubelet plugin %s serving on node %s", self.opts.driver, self.opts.node)
         log.info("tenant policy: %s", self.opts.policy.describe())
 
@@ -162,3 +185,13 @@ class Service:
         finally:
             signals.exit_after(STOP_DEADLINE_SECONDS)
             self.stop()
+
+
+def _discovered_offers(opts: ServiceOptions) -> dict[str, Any]:
+    """The devices the node would publish (``--no-publish-slices``): its eligible NICs."""
+    from ..inventory.nics import discover_nics, eligible
+    from ..inventory.slices import offers
+
+    include, exclude = opts.nic_include or None, opts.nic_exclude or None
+    nics = [n for n in discover_nics(netns=opts.netns) if eligible(n, include, exclude)]
+    return {o.name: o for o in offers(nics, opts.sharing)}
