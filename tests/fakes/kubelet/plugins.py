@@ -400,9 +400,8 @@ class PluginManager:
 
     def _fire_wipe(self, driver: str) -> None:
         with self.lock:
-            if self._pending_wipes.get(driver) is None or self._stop.is_set() and self._thread is None:
-                return
-            self._pending_wipes.pop(driver, None)
+            if self._pending_wipes.pop(driver, None) is None:
+                return  # cancelled meanwhile
             self.wipes_fired.append((driver, time.monotonic()))
         assert self.wipe is not None
         self.wipe(driver)
