@@ -334,6 +334,38 @@ def test_a_driver_without_a_connected_plugin_is_wiped_after_the_delay_unless_it_
         manager.stop()
 
 
+def test_a_connection_that_ends_queues_a_wipe_even_with_the_registration_socket_left(root, stubs):
+    """HandleConn: the endpoint stops answering (a crashed plugin leaves its registration
+    socket behind) -> the driver is unusable -> sync queues a wipe; connected again cancels it."""
+    manager = PluginManager(os.path.join(root, "registry"), wipe=lambda d: None, wiping_delay=60)
+    try:
+        stub = stubs()
+        manager.reconcile()
+        assert manager.pending_wipes() == []
+        stub.dra.stop(0).wait()
+        manager.monitor_connections()
+        assert manager.pending_wipes() == [DRIVER] and list(manager.registered) == [stub.registration]
+        stub.dra = StubPlugin(root).dra  # the same endpoint serves again
+        stub.dra.add_insecure_port("unix:" + stub.endpoint)
+        stub.dra.start()
+        manager.monitor_connections()
+        assert manager.pending_wipes() == []
+    finally:
+        manager.stop()
+
+
+def test_unsupported_services_are_refused(root, stubs, kubelets):
+    stub = stubs()
+    with pytest.raises(RegistrationError, match="none of services supported by the plugin"):
+        kubelets(force_v1beta1=True).wait_for_plugin(timeout=10)
+    assert stub.notified[0] == (
+        False,
+        f"RegisterPlugin error -- plugin validation failed with err: invalid supported gRPC versions of DRA "
+        f"driver plugin {DRIVER} at endpoint {stub.endpoint}: none of services supported by the plugin "
+        '(["v1.DRAPlugin"]) are supported by the kubelet (["v1beta1.DRAPlugin"])',
+    )
+
+
 # -- the DRA manager ------------------------------------------------------------------------------
 def test_the_first_failing_entry_aborts_the_pod_and_keeps_what_upstream_keeps(api, stubs, kubelets):
     stub = stubs()

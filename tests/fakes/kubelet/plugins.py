@@ -267,7 +267,7 @@ class PluginManager:
                     error = f"RegisterPlugin error -- no handler registered for plugin type: {info.type} at socket {socket_path}"
                     self._refuse(notify, socket_path, error)
                 endpoint = info.endpoint or socket_path
-                problem = self.validate(info.name, list(info.supported_versions))
+                problem = self.validate(info.name, endpoint, list(info.supported_versions))
                 if problem is not None:
                     self._refuse(
                         notify, socket_path, f"RegisterPlugin error -- plugin validation failed with err: {problem}"
@@ -309,17 +309,17 @@ class PluginManager:
                 self._remove(plugin.driver, plugin.endpoint)
 
     # -- the DRA registration handler (dra_plugin_manager.go) --------------------------------------
-    def validate(self, driver: str, supported: list[str]) -> str | None:
-        """``ValidatePlugin`` / ``validateSupportedServices`` (+ the fake's expected driver)."""
+    def validate(self, driver: str, endpoint: str, supported: list[str]) -> str | None:
+        """``ValidatePlugin`` / ``validateSupportedServices``; first the fake's own expected-driver check."""
         if self.expected_driver is not None and driver != self.expected_driver:
             return f"plugin name {driver!r} is not the expected driver {self.expected_driver!r}"
-        prefix = f"invalid supported gRPC versions of DRA driver plugin {driver}"
+        prefix = f"invalid supported gRPC versions of DRA driver plugin {driver} at endpoint {endpoint}"
         if not supported:
             return f"{prefix}: empty list of supported gRPC services (aka supported versions)"
         if not any(s in self.services for s in supported):
             return (
-                f"{prefix}: none of services supported by the plugin ({supported}) "
-                f"are supported by the kubelet ({list(self.services)})"
+                f"{prefix}: none of services supported by the plugin ({_quoted(supported)}) "
+                f"are supported by the kubelet ({_quoted(list(self.services))})"
             )
         return None
 
@@ -416,6 +416,11 @@ def _notify(notify: Any, registered: bool, error: str) -> None:
         notify(APIS.registration.RegistrationStatus(plugin_registered=registered, error=error), timeout=NOTIFY_TIMEOUT)
     except grpc.RpcError as exc:
         raise RegistrationError(f"NotifyRegistrationStatus failed: {exc.code().name}: {exc.details()}") from None
+
+
+def _quoted(values: list[str]) -> str:
+    """Go's ``%q`` of a ``[]string``."""
+    return "[" + " ".join(f'"{v}"' for v in values) + "]"
 
 
 def _socket_id(path: str) -> SocketId | None:
