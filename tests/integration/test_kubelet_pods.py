@@ -299,14 +299,22 @@ def test_a_restarted_kubelet_registers_again_and_prepared_claims_are_still_serve
     assert restarted.attempts[-1] == (str(node.registry_dir / f"{DRIVER}-reg.sock"), None)
     assert node.readyz()[0] == 200
 
-    restarted.prepare_pod(pod)  # the pod's next sync replays prepare
+    # The pod's sandbox runs on: kubelet sends nothing, and its prepared claim is still served.
+    lab.cnitool("check", netns, pod_uid=pod_uid)
+    assert restarted.calls == []
+
+    # The sandbox dies and kubelet makes a new one: PrepareResources runs first (kuberuntime
+    # SyncPod), and the claim restored unprepared from the checkpoint is sent again.
+    lab.cnitool("del", netns, pod_uid=pod_uid)
+    restarted.prepare_pod(pod)
     (replay,) = restarted.calls_of("NodePrepareResources")
     assert replay.results == {claim["metadata"]["uid"]: ""}
     assert record_of(lab, claim).read_bytes() == record
-    lab.cnitool("check", netns, pod_uid=pod_uid)
-    assert "net1" in netns.links()
+    sandbox = lab.pod()
+    lab.cnitool("add", sandbox, pod_uid=pod_uid)
+    assert "net1" in sandbox.links()
 
-    lab.cnitool("del", netns, pod_uid=pod_uid)
+    lab.cnitool("del", sandbox, pod_uid=pod_uid)
     restarted.unprepare_pod(pod)
     assert not record_of(lab, claim).exists()
     assert ipam_reservations(lab, "mv") == []

@@ -4,8 +4,10 @@
   the claim UID, the set of pod UIDs using it, and per driver the devices the plugin returned
   (``ClaimInfoState``, state/types.go; ``addDevice`` appends, it does not deduplicate).
 - ``prepared`` lives in memory only: a cache loaded from the checkpoint starts with every claim
-  unprepared (``newClaimInfoFromState``), which is why a restarted kubelet sends
-  NodePrepareResources again for the claims of its running pods.
+  unprepared (``newClaimInfoFromState``).  A restarted kubelet does not call the plugin for a
+  pod whose sandbox keeps running (kuberuntime ``SyncPod`` runs ``PrepareDynamicResources``
+  only before it creates a sandbox), but when it creates one for such a pod, the pod's claims
+  are sent again; unprepare works from the restored pod references.
 - The checkpoint file ``dra_manager_state`` (manager.go ``draManagerStateFileName``) is
   ``{"Data": <JSON of CheckpointData>, "Checksum": crc32(Data)}`` (state/checkpoint.go
   ``NewCheckpoint``, ``VerifyChecksum``); ``syncToCheckpoint`` writes the whole cache.

@@ -3,7 +3,8 @@ kubeconfig, the API calls kubelet makes (kube.py).
 
 The DRA manager, pod by pod (pkg/kubelet/cm/dra/manager.go):
 
-``prepare_pod(pod)`` is ``prepareResources``:
+``prepare_pod(pod)`` is ``prepareResources``, which kubelet runs each time before it creates a
+sandbox for the pod (kuberuntime_manager.go ``SyncPod``), never for a running sandbox:
 
 1. a validation pass that changes nothing: GET each claim the pod names (``fetch
    ResourceClaim <name>: ...``), the pod must be in its ``reservedFor`` (``IsReservedForPod``:
@@ -24,7 +25,8 @@ The DRA manager, pod by pod (pkg/kubelet/cm/dra/manager.go):
 So the next ``prepare_pod`` of that pod sends the whole unprepared set again, and a claim that
 another pod already prepared is not sent at all.
 
-``unprepare_pod(pod)`` is ``unprepareResourcesForPod``/``unprepareResources``: the claims the
+``unprepare_pod(pod)`` is ``unprepareResourcesForPod``/``unprepareResources``, run once the
+pod's containers have stopped (kubelet.go ``SyncTerminatingPod``): the claims the
 cache has for the pod (else the pod's own list); a claim still used by another pod only loses
 this pod's reference (in memory; checkpointed only once the call succeeds); the others go into
 one ``NodeUnprepareResources`` per driver (``GetPlugin`` must find it), with the same error
