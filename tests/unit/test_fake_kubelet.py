@@ -451,6 +451,27 @@ def test_unprepare_of_a_gone_driver_fails_and_keeps_the_claim(api, stubs, kubele
     assert kubelet.cache.get("a", "default") is not None
 
 
+def test_the_reconcile_loop_unprepares_claims_of_pods_that_are_gone(api, stubs, kubelets):
+    stub = stubs()
+    kubelet = kubelets()
+    kubelet.wait_for_plugin(timeout=10)
+    alive, gone = "66666666-6666-6666-6666-666666666666", "77777777-7777-7777-7777-777777777777"
+    shared = claim(api, "shared", [alive, gone])
+    own = claim(api, "own", [gone])
+    kubelet.prepare_pod(Pod(alive, "default", "alive", ("shared",)))
+    kubelet.prepare_pod(Pod(gone, "default", "gone", ("shared", "own")))
+    stub.unprepare_errors[uid_of(own)] = "busy"
+
+    assert "NodeUnprepareResources failed for ResourceClaim own: busy" in kubelet.reconcile_pods([alive])[gone]
+    assert kubelet.cache.get("own", "default") is not None  # kept for the next pass
+    del stub.unprepare_errors[uid_of(own)]
+    assert kubelet.reconcile_pods([alive]) == {}
+    assert kubelet.cache.get("own", "default") is None
+    assert kubelet.cache.get("shared", "default").pod_uids == {alive}  # still used: not unprepared
+    assert [names for kind, names in stub.calls if kind == "unprepare"] == [["own"], ["own"]]
+    assert uid_of(shared) not in {u for c in kubelet.calls_of("NodeUnprepareResources") for _, u, _ in c.claims}
+
+
 # -- the checkpoint -------------------------------------------------------------------------------
 def test_the_checkpoint_is_upstreams_format_and_restores_claims_unprepared(root):
     state = os.path.join(root, "kubelet")

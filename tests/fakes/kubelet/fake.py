@@ -32,6 +32,9 @@ this pod's reference (in memory; checkpointed only once the call succeeds); the 
 one ``NodeUnprepareResources`` per driver (``GetPlugin`` must find it), with the same error
 rules; then they leave the cache, checkpoint.
 
+``reconcile_pods(active)`` is ``reconcileLoop``: the claims of every cached pod not in
+``active`` are unprepared as above; a failure is kept for the next pass.
+
 ``prepare``/``unprepare`` are the low-level single calls (one batch, the raw entries back, a
 missing or unknown UID raising :class:`ProtocolError`, ``raise_on_error`` raising
 :class:`ClaimError` on the first error), for tests of the plugin's answers themselves.
@@ -388,15 +391,37 @@ class FakeKubelet:
             names = self.cache.claim_names_for_pod(pod.uid)
         if not names:
             names = list(pod.claims)  # kubelet restarted without its checkpoint
+        self._unprepare_claims(pod.uid, pod.namespace, names)
+
+    def reconcile_pods(self, active: Iterable[str]) -> dict[str, str]:
+        """``reconcileLoop`` (every 60 s in kubelet): unprepare the claims of each pod the cache
+        references that is not in ``active`` (pod UIDs); pod UID -> error of those that failed
+        (kubelet logs them and tries again on the next pass)."""
+        alive = set(active)
+        inactive: dict[str, tuple[str, list[str]]] = {}
+        with self.cache.lock:
+            for info in self.cache.claims.values():
+                for pod_uid in info.pod_uids - alive:
+                    inactive.setdefault(pod_uid, (info.namespace, []))[1].append(info.claim_name)
+        errors: dict[str, str] = {}
+        for pod_uid, (namespace, names) in inactive.items():
+            try:
+                self._unprepare_claims(pod_uid, namespace, names)
+            except KubeletError as exc:
+                errors[pod_uid] = str(exc)
+        return errors
+
+    def _unprepare_claims(self, pod_uid: str, namespace: str, names: list[str]) -> None:
+        """``unprepareResources``."""
         batches: dict[str, list[ClaimTuple]] = {}
         unprepared: dict[str, str] = {}  # claim UID -> name
         for name in names:
             with self.cache.lock:
-                info = self.cache.get(name, pod.namespace)
+                info = self.cache.get(name, namespace)
                 if info is None:
                     continue
                 if len(info.pod_uids) > 1:
-                    info.pod_uids.discard(pod.uid)  # checkpointed once the call succeeds
+                    info.pod_uids.discard(pod_uid)  # checkpointed once the call succeeds
                     continue
                 unprepared[info.claim_uid] = info.claim_name
                 for driver in info.driver_state:
@@ -422,7 +447,7 @@ class FakeKubelet:
 
         with self.cache.lock:
             for name in unprepared.values():
-                self.cache.delete(name, pod.namespace)
+                self.cache.delete(name, namespace)
             self.cache.sync_to_checkpoint()
 
 
