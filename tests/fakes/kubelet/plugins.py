@@ -9,8 +9,8 @@ Modelled on (kubernetes/kubernetes, 1.34-1.36):
   socket file's identity).  The fake scans instead of using inotify.
 - ``pkg/kubelet/pluginmanager/reconciler/reconciler.go`` ``reconcile``: unregister first
   (socket gone, or re-created), then register what is not registered; run every
-  ``RECONCILE_PERIOD`` (``loopSleepDuration``, 1 s) by :meth:`PluginManager.start`, or one
-  pass at a time by :meth:`PluginManager.reconcile`.  A registration that failed is retried
+  ``reconcile_period`` (``loopSleepDuration``, 1 s) by :meth:`PluginManager.start`, or one
+  pass at a time by :meth:`PluginManager.reconcile` (``FakeKubelet.wait_for_plugin`` does).  A registration that failed is retried
   after an exponential backoff (``goroutinemap/exponentialbackoff``: 500 ms doubling to 2 min 2 s).
 - ``pkg/kubelet/pluginmanager/operationexecutor/operation_generator.go``
   ``GenerateRegisterPluginFunc``: dial (10 s), ``GetInfo`` (1 s), a handler for the type, an
@@ -139,8 +139,10 @@ class PluginManager:
         wipe: Callable[[str], None] | None = None,
         wiping_delay: float = WIPING_DELAY,
         poll: float = 0.05,
+        reconcile_period: float = RECONCILE_PERIOD,
     ) -> None:
         self.registry_dir = registry_dir
+        self.reconcile_period = reconcile_period
         self.expected_driver = expected_driver
         self.services = services
         self.call_timeout = call_timeout
@@ -222,7 +224,7 @@ class PluginManager:
         last_reconcile = 0.0
         while not self._stop.is_set():
             now = time.monotonic()
-            if now - last_reconcile >= min(RECONCILE_PERIOD, self.poll * 4):
+            if now - last_reconcile >= self.reconcile_period:
                 self.reconcile()
                 last_reconcile = now
             else:
