@@ -96,7 +96,7 @@ class KubeClient:
     def _try_wipe(self, driver: str) -> bool:
         try:
             node = self.get_node()
-        except (ApiError, OSError, Exception):  # NotFound and everything else: retry
+        except Exception:  # getNode: NotFound and every other error are retried
             return False
         selector = f"spec.nodeName={node['metadata']['name']}"
         if driver:
