@@ -12,6 +12,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from tests import procs
@@ -46,6 +47,7 @@ class ServiceProcess:
         kubeconfig: str | None = None,
         extra_args: tuple[str, ...] = (),
         node: str = NODE,
+        kubelet: Callable[[Path], FakeKubelet] | None = None,
     ) -> None:
         self.lab = lab
         self.node = node
@@ -59,7 +61,8 @@ class ServiceProcess:
         self.health_port = free_port()
         self.log_path = lab.tmp / "service.log"
         self.proc: subprocess.Popen | None = None
-        self.kubelet = FakeKubelet(str(self.registry_dir), driver=DRIVER)
+        # ``kubelet(registry_dir)`` makes the node's kubelet (default: one without an API client)
+        self.kubelet = kubelet(self.registry_dir) if kubelet else FakeKubelet(str(self.registry_dir), driver=DRIVER)
         self.leftovers: list[str] = []  # what stop() found (and killed) in the service's process group
 
     def start(self, wait_ready: bool = True) -> None:

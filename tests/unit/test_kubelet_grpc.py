@@ -239,8 +239,14 @@ def test_registration(make_server, kubelets, version):
     assert server.registered is True and server.registration_error is None
 
     results = kubelet.prepare(CLAIMS[:1], raise_on_error=True)
-    pb2 = dra_v1_pb2 if version == "v1" else dra_v1beta1_pb2
-    assert isinstance(results["uid-a"], pb2.NodePrepareResourceResponse)
+    # the fake's own classes, compiled from spec/ (not dracni's modules)
+    assert (
+        type(results["uid-a"]).DESCRIPTOR.full_name
+        == f"k8s.io.kubelet.pkg.apis.dra.{version}.NodePrepareResourceResponse"
+    )
+    assert not isinstance(
+        results["uid-a"], (dra_v1_pb2.NodePrepareResourceResponse, dra_v1beta1_pb2.NodePrepareResourceResponse)
+    )
     assert [d.device_name for d in results["uid-a"].devices] == ["dev-uid-a"]
 
 

@@ -1,0 +1,53 @@
+"""A fake kubelet, written from upstream's code: a real gRPC client over unix sockets that
+registers DRA plugins and calls them the way kubelet does, and a real ``kubernetes`` client to
+the test API server for what kubelet asks of it.  It imports nothing from ``dracni``.
+
+- ``protos.py``: the kubelet protos in ``spec/k8s.io`` compiled with ``grpc_tools.protoc`` at
+  import into a private descriptor pool;
+- ``plugins.py``: plugin watcher, reconciler, registration, the DRA plugin manager (connection
+  tracking, ResourceSlice wiping 30 s after a driver is gone);
+- ``claiminfo.py``: the claim info cache and its checkpoint;
+- ``fake.py``: ``FakeKubelet``, with the DRA manager's ``prepare_pod``/``unprepare_pod``;
+- ``kube.py``: claim GETs and ResourceSlice wipes through the ``kubernetes`` client.
+
+Each module names the upstream functions it models.
+"""
+
+from .claiminfo import ClaimInfo, ClaimInfoCache, DeviceState
+from .fake import Call, ClaimError, FakeKubelet, Pod, PodSyncError, ProtocolError
+from .kube import WipeBackoff
+from .plugins import (
+    CALL_TIMEOUT,
+    PLUGIN_TYPE,
+    V1,
+    V1BETA1,
+    WIPING_DELAY,
+    KubeletError,
+    Plugin,
+    PluginManager,
+    RegistrationError,
+)
+from .protos import APIS
+
+__all__ = [
+    "APIS",
+    "CALL_TIMEOUT",
+    "PLUGIN_TYPE",
+    "V1",
+    "V1BETA1",
+    "WIPING_DELAY",
+    "Call",
+    "ClaimError",
+    "ClaimInfo",
+    "ClaimInfoCache",
+    "DeviceState",
+    "FakeKubelet",
+    "KubeletError",
+    "Plugin",
+    "PluginManager",
+    "Pod",
+    "PodSyncError",
+    "ProtocolError",
+    "RegistrationError",
+    "WipeBackoff",
+]
