@@ -6,6 +6,7 @@ the plugin again from its checkpoint."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -157,6 +158,43 @@ def test_a_claim_shared_by_two_pods_is_prepared_once_and_unprepared_after_the_la
     (unprepare,) = kubelet.calls_of("NodeUnprepareResources")
     assert [name for _, _, name in unprepare.claims] == ["shared"]
     assert not record_of(lab, claim).exists()
+
+
+def test_a_pod_joining_a_prepared_claim_gets_its_interface_without_a_prepare_call(lab, api, node):
+    """Kubelet prepares a shared claim only for its first pod.  The scheduler reserves it for a
+    second pod later and binds that pod here: the service learns it from its watch of this
+    node's pods, and the second sandbox's ADD finds the claim."""
+    kubelet = node.kubelet
+    first, second = new_pod_uid(), new_pod_uid()
+    claim = create_allocated_claim(api, "shared", first, macvlan_params(lab), pod_name="one")
+    api.add_pod("default", "one", node=NODE, claims={"net": "shared"}, uid=first)
+    kubelet.prepare_pod(Pod(first, "default", "one", ("shared",)))
+    one = lab.pod()
+    lab.cnitool("add", one, pod_uid=first)
+    assert "net1" in one.links()
+
+    api.set_claim_allocation(  # the scheduler reserves the claim for the second pod, then binds it
+        "default",
+        "shared",
+        claim["status"]["allocation"],
+        [{"resource": "pods", "name": "one", "uid": first}, {"resource": "pods", "name": "two", "uid": second}],
+    )
+    api.add_pod("default", "two", node=NODE, claims={"net": "shared"}, uid=second)
+    kubelet.prepare_pod(Pod(second, "default", "two", ("shared",)))
+    assert len(kubelet.calls_of("NodePrepareResources")) == 1  # nothing sent for the second pod
+
+    def knows_second() -> bool:
+        record = json.loads(record_of(lab, claim).read_text())
+        return second in {p["uid"] for p in record["pods"]}
+
+    wait_for(knows_second, 10.0, "the claim's record naming the second pod")
+    two = lab.pod()
+    lab.cnitool("add", two, pod_uid=second)
+    assert "net1" in two.links()
+    assert sorted(ipam_reservations(lab, "mv")) == ["10.10.1.2", "10.10.1.3"]
+    lab.cnitool("del", two, pod_uid=second)
+    lab.cnitool("del", one, pod_uid=first)
+    assert ipam_reservations(lab, "mv") == []
 
 
 def test_a_pod_not_in_reserved_for_is_refused_before_any_call(lab, api, node):
