@@ -43,6 +43,7 @@ class ServiceOptions:
     nic_exclude: list[str] = field(default_factory=list)
     publish_slices: bool = True
     netns: str | None = None  # discover NICs in this netns (tests); default: the service's own
+    link_taint_effect: str = "NoSchedule"  # a NIC whose link is down or gone: NoSchedule, NoExecute, None
 
 
 class Service:
@@ -95,6 +96,7 @@ class Service:
                 exclude=opts.nic_exclude or None,
                 netns=opts.netns,
                 sharing=opts.sharing,
+                link_taint_effect=opts.link_taint_effect,
             )
             if opts.publish_slices
             else None
