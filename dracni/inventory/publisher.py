@@ -27,7 +27,11 @@ slice attribute, so a flapping link rewrites the slice only when its taint comes
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import struct
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -54,6 +58,9 @@ log = logging.getLogger(__name__)
 
 RESYNC_SECONDS = 60.0
 WATCH_TIMEOUT = 300
+LINK_POLL_SECONDS = 1.0
+_NLMSGHDR = struct.Struct("=LHHLL")  # struct nlmsghdr: len, type, flags, seq, pid
+_RTM_NEWLINK, _RTM_DELLINK = 16, 17  # linux/rtnetlink.h
 #: ``--link-down-taint-effect`` values: a device taint effect, or no taint at all.
 NO_TAINT = "None"
 LINK_TAINT_EFFECTS = (*TAINT_EFFECTS, NO_TAINT)
@@ -125,6 +132,7 @@ class SlicePublisher:
         sysfs_root: str = "/sys",
         sharing: Sharing | None = None,
         link_taint_effect: str = "NoSchedule",
+        watch_timeout: int = WATCH_TIMEOUT,
     ) -> None:
         if link_taint_effect not in LINK_TAINT_EFFECTS:
             raise ValueError(f"link taint effect {link_taint_effect!r}: one of {', '.join(LINK_TAINT_EFFECTS)}")
@@ -140,6 +148,7 @@ class SlicePublisher:
         self.published = threading.Event()
         self.cache = SliceCache()
         self.link_taint_effect = link_taint_effect
+        self.watch_timeout = watch_timeout  # seconds one WATCH request lasts; then it resumes
         self._dirty = threading.Event()
         self._node_uid: str | None = None
         self._offered: dict[str, Offer] = {}
@@ -316,9 +325,16 @@ class SlicePublisher:
             except Exception as exc:
                 log.exception("ResourceSlice publish failed: %s", exc)
                 wait, backoff = backoff, min(backoff * 2, 30.0)
-            self._dirty.wait(wait)
-            if stop.is_set():
+            self._wait_dirty(stop, wait)
+
+    def _wait_dirty(self, stop: threading.Event, seconds: float) -> None:
+        """Until something to reconcile, ``seconds``, or the stop (checked every second)."""
+        deadline = time.monotonic() + seconds
+        while not stop.is_set() and not self._dirty.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 return
+            self._dirty.wait(min(remaining, 1.0))
 
     def _watch_slices(self, stop: threading.Event) -> None:
         """The cache's LIST and WATCH; a change by someone else (kubelet's wipe) -> reconcile."""
@@ -330,7 +346,7 @@ class SlicePublisher:
                     self.cache.replace(items, resource_version)
                     listed = True
                     self._dirty.set()
-                for kind, obj in self.api.watch_slices(self.selector, self.cache.resource_version, WATCH_TIMEOUT):
+                for kind, obj in self.api.watch_slices(self.selector, self.cache.resource_version, self.watch_timeout):
                     if stop.is_set():
                         return
                     self._on_event(kind, obj)
@@ -357,19 +373,52 @@ class SlicePublisher:
         self._dirty.set()
 
     def _watch_links(self, stop: threading.Event) -> None:
+        """Link events (added, changed, removed) -> reconcile.
+
+        pyroute2 opens and subscribes the netlink socket (in ``netns``, which takes a fork); the
+        socket is then read here directly, polled with a timeout, so the thread ends with the
+        service and no message waits in a library's queue while the socket looks idle.
+        """
+        import select
+
         from pyroute2 import IPRoute, NetNS
 
-        ipr = NetNS(self.netns, flags=0) if self.netns else IPRoute()
         try:
-            ipr.bind()
-            while not stop.is_set():
-                for message in ipr.get():
-                    if message.get("event") in ("RTM_NEWLINK", "RTM_DELLINK"):
-                        self._dirty.set()
+            ipr = NetNS(self.netns, flags=0) if self.netns else IPRoute()
+            try:
+                ipr.bind()
+                sock = socket.socket(fileno=os.dup(ipr.fileno()))
+            finally:
+                ipr.close()
         except Exception as exc:
-            log.warning("netlink link watch stopped: %s (slices still resync every %ss)", exc, RESYNC_SECONDS)
-        finally:
-            ipr.close()
+            log.warning("netlink link watch failed: %s (slices still resync every %ss)", exc, RESYNC_SECONDS)
+            return
+        with sock:
+            sock.setblocking(False)
+            while not stop.is_set():
+                readable, _, _ = select.select([sock], [], [], LINK_POLL_SECONDS)
+                if readable and _link_events(sock):
+                    self._dirty.set()
+
+
+def _link_events(sock: socket.socket) -> bool:
+    """Drain the netlink socket; whether a link was added, changed or removed."""
+    found = False
+    while True:
+        try:
+            data = sock.recv(65536)
+        except BlockingIOError:
+            return found
+        except OSError as exc:  # ENOBUFS: events were lost; reconcile anyway
+            log.debug("netlink: %s", exc)
+            return True
+        offset = 0
+        while offset + _NLMSGHDR.size <= len(data):
+            length, kind = _NLMSGHDR.unpack_from(data, offset)[:2]
+            found = found or kind in (_RTM_NEWLINK, _RTM_DELLINK)
+            if length < _NLMSGHDR.size:
+                break
+            offset += (length + 3) & ~3  # NLMSG_ALIGN
 
 
 def _published_taint_times(existing: dict[str, dict[str, Any]], driver: str) -> dict[tuple[str, str, str], str]:

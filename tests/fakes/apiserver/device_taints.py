@@ -1,8 +1,10 @@
 """Device taints in ResourceSlices (KEP-5055, gate ``DRADeviceTaints``): defaulting, validation,
 the device limit they bring, and what the server drops while the gate is off.
 
-- Defaulting, at decode time (before the strategy runs, gate or no gate): a taint without
-  ``timeAdded`` gets the current time, truncated to seconds: k8s
+- Decoding and defaulting (before the strategy runs, gate or no gate): ``timeAdded`` is a
+  ``metav1.Time``, read as RFC 3339 and stored as UTC seconds (``UnmarshalJSON``/``MarshalJSON``
+  in apimachinery ``pkg/apis/meta/v1/time.go``: a client's ``+00:00`` comes back as ``Z``); a
+  taint without it gets the current time, truncated to seconds: k8s
   ``pkg/apis/resource/v1/defaults.go SetDefaults_DeviceTaint``.
 - Dropped silently on create and update while the gate is off, unless the old slice already
   has a device with taints: k8s ``pkg/registry/resource/resourceslice/strategy.go
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import re
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from .dracni_rules import fe
@@ -65,13 +68,27 @@ def _taints(device: Obj) -> list[Any]:
 
 
 # -- defaulting and dropping -------------------------------------------------------------------------
+def _metav1_time(value: Any) -> Any:
+    """``metav1.Time`` through JSON: RFC 3339 in, UTC seconds with ``Z`` out; what does not parse
+    is left for the request to fail on elsewhere (the real server answers 400)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return value
+    if parsed.tzinfo is None:
+        return value
+    return parsed.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def default_taint_times(obj: Obj) -> None:
-    """``SetDefaults_DeviceTaint``: ``timeAdded`` = now (seconds) where it is not set."""
+    """Decode ``timeAdded``; ``SetDefaults_DeviceTaint``: now (seconds) where it is not set."""
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for device in _devices(obj):
         for taint in _taints(device):
-            if isinstance(taint, dict) and taint.get("timeAdded") is None:
-                taint["timeAdded"] = now
+            if isinstance(taint, dict):
+                taint["timeAdded"] = now if taint.get("timeAdded") is None else _metav1_time(taint["timeAdded"])
 
 
 def taints_in_use(obj: Obj | None) -> bool:
