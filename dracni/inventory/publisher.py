@@ -32,7 +32,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from ..clock import now_rfc3339
@@ -133,6 +133,7 @@ class SlicePublisher:
         sharing: Sharing | None = None,
         link_taint_effect: str = "NoSchedule",
         watch_timeout: int = WATCH_TIMEOUT,
+        in_use: Callable[[], Collection[str]] | None = None,
     ) -> None:
         if link_taint_effect not in LINK_TAINT_EFFECTS:
             raise ValueError(f"link taint effect {link_taint_effect!r}: one of {', '.join(LINK_TAINT_EFFECTS)}")
@@ -149,6 +150,9 @@ class SlicePublisher:
         self.cache = SliceCache()
         self.link_taint_effect = link_taint_effect
         self.watch_timeout = watch_timeout  # seconds one WATCH request lasts; then it resumes
+        #: device names that prepared claims hold (the state dir): a NIC that leaves the node's
+        #: netns while one of its devices is held went into a pod (host-device), it is not gone
+        self.in_use = in_use
         self._dirty = threading.Event()
         self._node_uid: str | None = None
         self._offered: dict[str, Offer] = {}
@@ -181,10 +185,13 @@ class SlicePublisher:
             del self._seen[name]
         gone = [nic for name, nic in self._seen.items() if name not in present]
         nics = nics + gone
+        in_pods = self._in_pods({nic.name for nic in gone})
         taints: dict[str, list[dict[str, str]]] = {}
         states: dict[str, str] = {}
         if self.link_taint_effect != NO_TAINT:
             for nic in nics:
+                if nic.name in in_pods:
+                    continue
                 if nic.name not in present:
                     states[nic.name] = LINK_GONE
                 elif nic.link_down:
@@ -204,6 +211,13 @@ class SlicePublisher:
         for name, value in states.items():
             self._taint_since[(name, value)] = taints[name][0]["timeAdded"]
         return nics, taints
+
+    def _in_pods(self, gone: set[str]) -> set[str]:
+        """Which of the ``gone`` NICs have a device that a prepared claim holds."""
+        if not gone or self.in_use is None:
+            return set()
+        held = set(self.in_use())
+        return {o.nic.name for name, o in self._offered.items() if o.nic.name in gone and name in held}
 
     def _build(self, nics: list[Nic], taints: dict[str, list[dict[str, str]]], generation: int) -> list[dict[str, Any]]:
         return build_slices(

@@ -97,6 +97,7 @@ class Service:
                 netns=opts.netns,
                 sharing=opts.sharing,
                 link_taint_effect=opts.link_taint_effect,
+                in_use=self._claimed_devices,
             )
             if opts.publish_slices
             else None
@@ -110,6 +111,11 @@ class Service:
         self.health = HealthServer(opts.health_address, self.ready) if opts.health_address else None
         self._threads: list[threading.Thread] = []
         self._stops: list[Callable[[], None]] = []  # undo what start() did, newest last
+
+    def _claimed_devices(self) -> set[str]:
+        """Device names the prepared claims in the state dir hold (the slice publisher asks
+        when a NIC left the node's netns: host-device moved it into a pod)."""
+        return {d["device"] for claim in self.state.list_claims() for d in claim["devices"]}
 
     def ready(self) -> tuple[bool, str]:
         if self.slices is not None and not self.slices.published.is_set():

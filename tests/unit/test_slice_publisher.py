@@ -231,6 +231,21 @@ def test_a_vanished_nic_stays_published_tainted_gone_until_it_is_back(fake, node
     wait_until(lambda: taint_of(fake, "eth2") is None, "eth2 up")
 
 
+def test_a_nic_that_left_with_a_claim_is_not_gone(fake, node, running):
+    """host-device moves an allocated NIC into its pod: the device a prepared claim holds stays
+    published, untainted (a NoExecute taint would evict the very pod using it)."""
+    pod = Netns("dracni-pub-pod")
+    try:
+        run = running(in_use=lambda: {"eth2"})
+        ip("link", "set", "eth2", "netns", pod.name, netns=node.name)
+        ip("link", "set", "eth1p", "down", netns=node.name)  # an event after it, to wait for
+        wait_until(lambda: taint_of(fake, "eth1"), "eth1's taint")
+        settle(run.publisher)
+        assert "eth2" in devices(fake) and taint_of(fake, "eth2") is None
+    finally:
+        pod.close()
+
+
 def test_the_taint_effect_is_configurable(fake, node, running):
     running(link_taint_effect="NoExecute")
     ip("link", "set", "eth1p", "down", netns=node.name)
