@@ -231,12 +231,6 @@ class SlicePublisher:
             max_devices=SLICE_MAX_DEVICES if self.link_taint_effect == NO_TAINT else SLICE_MAX_DEVICES_WITH_TAINTS,
         )
 
-    def desired(self) -> list[dict[str, Any]]:
-        """The slices this node should publish now (at the current pool generation)."""
-        nics, taints = self._nics(self.cache.snapshot())
-        self._offered = {o.name: o for o in offers(nics, self.sharing)}
-        return self._build(nics, taints, self.generation)
-
     def offered(self) -> dict[str, Offer]:
         """Device name -> NIC, as last published: the device binding looks here first, so a
         prepare (on a gRPC thread) needs no netlink dump of its own."""

@@ -29,9 +29,7 @@ def slice_requests(api, *, watch: bool | None = None, methods: tuple[str, ...] =
     return [
         r
         for r in api.requests
-        if r.path.startswith(SLICES)
-        and (watch is None or r.watch == watch)
-        and (not methods or r.method in methods)
+        if r.path.startswith(SLICES) and (watch is None or r.watch == watch) and (not methods or r.method in methods)
     ]
 
 
