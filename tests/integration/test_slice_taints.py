@@ -119,3 +119,28 @@ def test_gate_off_the_dropped_taint_is_written_once(lab, tmp_path):
             assert "dracni_resourceslice_writes_total" in service.metrics()
         finally:
             service.close()
+
+
+def test_a_nic_host_device_moved_into_a_pod_is_not_tainted_gone(lab, api, started):
+    """The NIC left the node's netns because a prepared claim's pod holds it: no "gone" taint
+    (with NoExecute it would evict that very pod); after DEL it is back, not "gone"."""
+    from tests.integration.service import claim_ref, create_allocated_claim, new_pod_uid
+
+    lab.write_conflist()
+    service = started("--nic-sharing=eth2=exclusive", "--link-down-taint-effect=NoExecute")
+    network = {"apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachment", "ifName": "data0", "config": {
+        "cniVersion": "1.0.0", "name": "passthrough", "plugins": [{"type": "host-device"}]}}  # fmt: skip
+    pod_uid = new_pod_uid()
+    claim = create_allocated_claim(api, "whole", pod_uid, network, device="eth2")
+    assert not service.kubelet.prepare([claim_ref(claim)])[claim["metadata"]["uid"]].error
+    pod = lab.pod()
+    lab.cnitool("add", pod, pod_uid=pod_uid)
+    assert "eth2" not in lab.host.links()
+    ip("link", "set", "eth1p", "down", netns=lab.host.name)  # a later event to wait for
+    wait_for(lambda: taint_of(api, "eth1"), 5.0, "eth1's taint")
+    quiet(0.5)
+    assert "eth2" in devices(api) and taint_of(api, "eth2") is None
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+    assert "eth2" in lab.host.links()
+    quiet(0.5)
+    assert (taint_of(api, "eth2") or ("",))[0] != "gone"  # back (host-device may return it down)
