@@ -198,6 +198,32 @@ def test_slices_deleted_by_someone_else_are_recreated_from_the_cache(fake, node,
     assert [r.method for r in writes(fake)] == ["POST"]
 
 
+def test_a_slice_changed_by_someone_else_is_put_back(fake, node, running):
+    run = running()
+    current = fake.list_slices(node=NODE)[0]
+    current["spec"]["devices"] = [d for d in current["spec"]["devices"] if d["name"] != "eth2"]
+    client = client_for(fake.kubeconfig_path)
+    try:
+        KubeApi(client).replace_slice(current["metadata"]["name"], current)
+    finally:
+        client.close()
+    wait_until(lambda: "eth2" in devices(fake), "eth2 back")
+    settle(run.publisher)
+    assert slice_requests(fake, "GET", watch=False)[1:] == []  # the first LIST only
+
+
+def test_the_cache_keeps_the_newer_object():
+    from dracni.inventory.publisher import SliceCache
+
+    cache = SliceCache()
+    cache.replace([{"metadata": {"name": "s", "resourceVersion": "7"}}], "7")
+    assert not cache.put({"metadata": {"name": "s", "resourceVersion": "5"}})  # a late event
+    assert cache.put({"metadata": {"name": "s", "resourceVersion": "9"}})
+    assert cache.snapshot()["s"]["metadata"]["resourceVersion"] == "9"
+    cache.remove("s")
+    assert cache.snapshot() == {} and cache.synced.is_set()
+
+
 # -- link taints -------------------------------------------------------------------------------------
 def test_link_down_taints_and_link_up_untaints(fake, node, running):
     run = running()
