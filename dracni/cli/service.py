@@ -56,6 +56,14 @@ from .options import (
     help="Network namespace holding the node's NICs (e.g. /proc/1/ns/net when the pod does not "
     "use hostNetwork); default: the service's own.",
 )
+@click.option(
+    "--link-down-taint-effect",
+    type=click.Choice(["NoSchedule", "NoExecute", "None"]),
+    envvar="DRACNI_LINK_DOWN_TAINT_EFFECT",
+    default="NoSchedule",
+    show_default=True,
+    help="Effect of the device taint on a NIC whose link is down or gone (KEP-5055); None: no taint.",
+)
 def kubelet_plugin(
     driver: str,
     state_dir: str,
@@ -77,6 +85,7 @@ def kubelet_plugin(
     nic_exclude: tuple[str, ...],
     publish_slices: bool,
     nic_netns: str | None,
+    link_down_taint_effect: str,
 ) -> None:
     """Run the kubelet DRA plugin service (the DaemonSet's main process)."""
     from ..service.logs import setup_logging
@@ -99,5 +108,6 @@ def kubelet_plugin(
         nic_exclude=list(nic_exclude),
         publish_slices=publish_slices,
         netns=nic_netns,
+        link_taint_effect=link_down_taint_effect,
     )
     Service(opts).run_until_signalled()

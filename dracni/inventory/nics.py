@@ -28,6 +28,7 @@ from typing import Any
 __all__ = [
     "Nic",
     "HardwareFacts",
+    "LINK_DOWN_STATES",
     "DEFAULT_EXCLUDED_KINDS",
     "discover_nics",
     "hardware_facts",
@@ -36,6 +37,8 @@ __all__ = [
 ]
 
 ARPHRD_LOOPBACK = 772
+#: IFLA_OPERSTATE values (lowercased) of a link that cannot carry traffic.
+LINK_DOWN_STATES = frozenset({"down", "lowerlayerdown", "notpresent"})
 
 # A PCI function address in sysfs form, "<domain>:<bus>:<device>.<function>" (the domain may be
 # wider than four hex digits on some platforms).
@@ -111,6 +114,7 @@ class Nic(HardwareFacts, _Link):
     kind: str = ""  # IFLA_INFO_KIND; "" for a physical NIC (and lo)
     oper_state: str = "unknown"  # IFLA_OPERSTATE lowercased: up, down, lowerlayerdown, ...
     admin_up: bool = False  # IFF_UP
+    carrier: bool | None = None  # IFLA_CARRIER; None when netlink did not say
     link_type: int = 1  # ARPHRD_* (1 ether, 772 loopback)
     virtual: bool = False
     master: str | None = None
@@ -119,6 +123,13 @@ class Nic(HardwareFacts, _Link):
     @property
     def is_loopback(self) -> bool:
         return self.link_type == ARPHRD_LOOPBACK or self.name == "lo"
+
+    @property
+    def link_down(self) -> bool:
+        """The link cannot carry traffic: its operational state says down (RFC 2863: ``down``,
+        ``lowerlayerdown``, ``notpresent``) or it has no carrier.  ``unknown`` (links that do
+        not report a state, e.g. dummies) with a carrier counts as up."""
+        return self.oper_state in LINK_DOWN_STATES or self.carrier is False
 
 
 # -- sysfs ----------------------------------------------------------------------------------------
@@ -264,6 +275,10 @@ def _alt_names(msg: Any) -> tuple[str, ...]:
         return ()
 
 
+def _carrier(value: Any) -> bool | None:
+    return None if value is None else bool(value)
+
+
 def _open_rtnl(netns: str | None) -> Any:
     from pyroute2 import IPRoute, NetNS
 
@@ -321,6 +336,7 @@ def discover_nics(*, netns: str | None = None, sysfs_root: str = "/sys") -> list
                 kind=kind,
                 oper_state=(msg.get_attr("IFLA_OPERSTATE") or "unknown").lower(),
                 admin_up=bool(msg["flags"] & 1),
+                carrier=_carrier(msg.get_attr("IFLA_CARRIER")),
                 link_type=link_type,
                 master=names.get(master_index) if master_index else None,
                 alt_names=_alt_names(msg),

@@ -1,27 +1,122 @@
 """Publish the node's NICs as this driver's ResourceSlice(s), and keep them there.
 
-Kubelet deletes all of a node's ResourceSlices when it starts, and a driver's slices when its
-socket has been gone for 30 s: a watch on our slices puts them back within seconds.  Netlink
-link events (a NIC added, renamed, taken down) trigger a refresh; the pool generation goes up
-whenever the published content changes.
+The publisher keeps its own informer-style view of this node's slices (``SliceCache``): one
+LIST with ``resourceVersion=0`` (served from the API server's watch cache, not etcd), then a
+WATCH from that list's resourceVersion, resumed from the last event's resourceVersion when it
+times out; it lists again only after 410 Gone or a broken watch.  A netlink link event, a
+periodic resync and any change to our slices by someone else (kubelet deletes a node's slices
+when it starts, and a driver's slices 30 s after its socket went away) recompute the desired
+slices from the node's NICs and compare them with that view: no API call unless something
+must be written.  The pool generation goes up whenever the published content changes.
+
+Writes are bounded: the API server may drop fields (gated fields such as device taints with
+``DRADeviceTaints`` off) or default them, so what it stores can differ from what was sent
+forever.  For each slice the publisher remembers what it sent and what the server answered,
+and it writes again only when what it wants changes or the stored slice is no longer the
+server's answer to it.  When the server drops ``allowMultipleAllocations`` the publisher offers
+shared NICs as slots from then on (``_dropped_sharing``), once.
+
+Link state (KEP-5055 device taints): a NIC whose link is down (oper state down, no carrier)
+gets a ``<driver>/link=down`` taint on its devices, and a NIC that vanished from the node stays
+published with ``<driver>/link=gone`` while the service runs, so a claim allocated to it shows
+why it cannot work; both go when the link is back.  The effect is the service's
+``--link-down-taint-effect`` (NoSchedule by default; None: no taint).  The link state is not a
+slice attribute, so a flapping link rewrites the slice only when its taint comes or goes.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import struct
 import threading
+import time
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
+from ..clock import now_rfc3339
 from ..kube.api import ApiError, KubeApi
+from ..kube.validation import SLICE_MAX_DEVICES, SLICE_MAX_DEVICES_WITH_TAINTS
 from ..service import metrics
-from .nics import discover_nics, eligible
+from .nics import Nic, discover_nics, eligible
 from .sharing import Sharing
-from .slices import Offer, build_slices, offers, slices_equal
+from .slices import (
+    LINK_DOWN,
+    LINK_GONE,
+    TAINT_EFFECTS,
+    Offer,
+    build_slices,
+    link_taint,
+    link_taint_key,
+    offers,
+    slice_content,
+    slices_equal,
+)
 
 log = logging.getLogger(__name__)
 
 RESYNC_SECONDS = 60.0
 WATCH_TIMEOUT = 300
+LINK_POLL_SECONDS = 1.0
+_NLMSGHDR = struct.Struct("=LHHLL")  # struct nlmsghdr: len, type, flags, seq, pid
+_RTM_NEWLINK, _RTM_DELLINK = 16, 17  # linux/rtnetlink.h
+#: ``--link-down-taint-effect`` values: a device taint effect, or no taint at all.
+NO_TAINT = "None"
+LINK_TAINT_EFFECTS = (*TAINT_EFFECTS, NO_TAINT)
+
+
+def _rv(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _older(candidate: str, current: str) -> bool:
+    """Whether resourceVersion ``candidate`` is older than ``current``.  Resource versions are
+    opaque, but every Kubernetes storage makes them increasing integers; anything else counts
+    as not older."""
+    try:
+        return int(candidate) < int(current)
+    except ValueError:
+        return False
+
+
+class SliceCache:
+    """This node's slices of this driver as the API server last told us: name -> object.
+
+    Filled by LIST and WATCH (``SlicePublisher._watch_slices``) and by the answers to our own
+    writes (write-through, so a reconcile right after a write compares with what was written,
+    not with a watch event still on its way).  An event older than what is held is ignored.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._objects: dict[str, dict[str, Any]] = {}
+        self.synced = threading.Event()
+        self.resource_version = ""
+
+    def replace(self, items: Iterable[dict[str, Any]], resource_version: str) -> None:
+        with self._lock:
+            self._objects = {o["metadata"]["name"]: o for o in items}
+            self.resource_version = resource_version
+        self.synced.set()
+
+    def put(self, obj: dict[str, Any]) -> bool:
+        """Store ``obj`` unless an object newer than it is held; whether it was stored."""
+        name = obj["metadata"]["name"]
+        with self._lock:
+            held = self._objects.get(name)
+            if held is not None and _older(_rv(obj), _rv(held)):
+                return False
+            self._objects[name] = obj
+            return True
+
+    def remove(self, name: str) -> None:
+        with self._lock:
+            self._objects.pop(name, None)
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return dict(self._objects)
 
 
 class SlicePublisher:
@@ -36,7 +131,12 @@ class SlicePublisher:
         netns: str | None = None,
         sysfs_root: str = "/sys",
         sharing: Sharing | None = None,
+        link_taint_effect: str = "NoSchedule",
+        watch_timeout: int = WATCH_TIMEOUT,
+        in_use: Callable[[], Collection[str]] | None = None,
     ) -> None:
+        if link_taint_effect not in LINK_TAINT_EFFECTS:
+            raise ValueError(f"link taint effect {link_taint_effect!r}: one of {', '.join(LINK_TAINT_EFFECTS)}")
         self.api = api
         self.driver = driver
         self.node = node
@@ -47,28 +147,88 @@ class SlicePublisher:
         self.selector = f"spec.nodeName={node},spec.driver={driver}"
         self.generation = 0
         self.published = threading.Event()
+        self.cache = SliceCache()
+        self.link_taint_effect = link_taint_effect
+        self.watch_timeout = watch_timeout  # seconds one WATCH request lasts; then it resumes
+        #: device names that prepared claims hold (the state dir): a NIC that leaves the node's
+        #: netns while one of its devices is held went into a pod (host-device), it is not gone
+        self.in_use = in_use
         self._dirty = threading.Event()
         self._node_uid: str | None = None
         self._offered: dict[str, Offer] = {}
+        #: NICs offered since the service started, by interface name: one that vanishes stays
+        #: published (tainted "gone") until it is back
+        self._seen: dict[str, Nic] = {}
+        #: (interface name, taint value) -> timeAdded, so a taint keeps its time while it holds
+        self._taint_since: dict[tuple[str, str], str] = {}
+        #: slice name -> (content sent, content the server answered): see the module doc
+        self._answered: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+        #: resourceVersions of our own writes: their watch events need no reconcile
+        self._own_rvs: set[str] = set()
         #: how NICs are offered; ``shared`` becomes ``slots`` once the API server is seen to
         #: drop allowMultipleAllocations (its DRAConsumableCapacity gate is off)
         self.sharing = sharing or Sharing()
 
-    # -- reconcile -------------------------------------------------------------------------
-    def desired(self) -> list[dict[str, Any]]:
-        nics = [
-            n
-            for n in discover_nics(netns=self.netns, sysfs_root=self.sysfs_root)
-            if eligible(n, self.include, self.exclude)
-        ]
-        self._offered = {o.name: o for o in offers(nics, self.sharing)}
+    # -- desired state ---------------------------------------------------------------------
+    def _nics(self, existing: dict[str, dict[str, Any]]) -> tuple[list[Nic], dict[str, list[dict[str, str]]]]:
+        """The NICs to publish (the eligible ones, plus the vanished ones still remembered) and
+        their link taints."""
+        links = discover_nics(netns=self.netns, sysfs_root=self.sysfs_root)
+        present = {n.name for n in links}
+        nics = [n for n in links if eligible(n, self.include, self.exclude)]
+        for nic in nics:
+            self._seen[nic.name] = nic
+        offered = {n.name for n in nics}
+        # a remembered NIC that is no longer a link at all is gone; one that is still a link but
+        # no longer eligible (renamed away, excluded, enslaved) is simply not offered any more
+        for name in [name for name in self._seen if name not in offered and name in present]:
+            del self._seen[name]
+        gone = [nic for name, nic in self._seen.items() if name not in present]
+        nics = nics + gone
+        in_pods = self._in_pods({nic.name for nic in gone})
+        taints: dict[str, list[dict[str, str]]] = {}
+        states: dict[str, str] = {}
+        if self.link_taint_effect != NO_TAINT:
+            for nic in nics:
+                if nic.name in in_pods:
+                    continue
+                if nic.name not in present:
+                    states[nic.name] = LINK_GONE
+                elif nic.link_down:
+                    states[nic.name] = LINK_DOWN
+            published = _published_taint_times(existing, self.driver)
+            for name, value in states.items():
+                since = self._taint_since.get((name, value))
+                if since is None:
+                    since = published.get((name, value, self.link_taint_effect)) or now_rfc3339()
+                    log.warning("NIC %s: link %s; its devices are tainted %s", name, value, self.link_taint_effect)
+                taints[name] = [link_taint(self.driver, value, self.link_taint_effect, since)]
+        for key in list(self._taint_since):
+            if states.get(key[0]) != key[1]:
+                if key[0] not in states:
+                    log.info("NIC %s: link up again; its taint goes", key[0])
+                del self._taint_since[key]
+        for name, value in states.items():
+            self._taint_since[(name, value)] = taints[name][0]["timeAdded"]
+        return nics, taints
+
+    def _in_pods(self, gone: set[str]) -> set[str]:
+        """Which of the ``gone`` NICs have a device that a prepared claim holds."""
+        if not gone or self.in_use is None:
+            return set()
+        held = set(self.in_use())
+        return {o.nic.name for name, o in self._offered.items() if o.nic.name in gone and name in held}
+
+    def _build(self, nics: list[Nic], taints: dict[str, list[dict[str, str]]], generation: int) -> list[dict[str, Any]]:
         return build_slices(
             driver=self.driver,
             node_name=self.node,
             node_uid=self._node_uid,
             nics=nics,
-            generation=self.generation,
+            generation=generation,
             sharing=self.sharing,
+            taints=taints,
+            max_devices=SLICE_MAX_DEVICES if self.link_taint_effect == NO_TAINT else SLICE_MAX_DEVICES_WITH_TAINTS,
         )
 
     def offered(self) -> dict[str, Offer]:
@@ -76,41 +236,70 @@ class SlicePublisher:
         prepare (on a gRPC thread) needs no netlink dump of its own."""
         return self._offered
 
+    def _in_sync(self, want: dict[str, Any], held: dict[str, Any] | None) -> bool:
+        """Whether ``held`` (our cache's copy) publishes ``want``: equal, or the server's answer
+        to exactly this content (it dropped or defaulted fields: sending it again changes
+        nothing)."""
+        if held is None:
+            return False
+        if slices_equal(want, held):
+            return True
+        answered = self._answered.get(want["metadata"]["name"])
+        return answered is not None and answered == (slice_content(want), slice_content(held))
+
+    # -- reconcile -------------------------------------------------------------------------
     def reconcile(self) -> None:
+        """Make the API server's slices match the node's NICs, from the cache (no LIST)."""
         if self._node_uid is None:
             node = self.api.get_node(self.node)
             self._node_uid = (node or {}).get("metadata", {}).get("uid")
-        existing, _ = self.api.list_slices(self.selector)
-        by_name = {s["metadata"]["name"]: s for s in existing}
-        self.generation = max([self.generation] + [s["spec"]["pool"].get("generation", 0) for s in existing])
-        desired = self.desired()
-        unchanged = len(existing) == len(desired) and all(
-            d["metadata"]["name"] in by_name and slices_equal(d, by_name[d["metadata"]["name"]]) for d in desired
+        existing = self.cache.snapshot()
+        self.generation = max(
+            [self.generation] + [(s.get("spec") or {}).get("pool", {}).get("generation", 0) for s in existing.values()]
         )
-        if unchanged:
+        nics, taints = self._nics(existing)
+        self._offered = {o.name: o for o in offers(nics, self.sharing)}
+        desired = self._build(nics, taints, self.generation)
+        names = {d["metadata"]["name"] for d in desired}
+        if all(self._in_sync(d, existing.get(d["metadata"]["name"])) for d in desired) and set(existing) <= names:
             self.published.set()
             return
         self.generation += 1
         dropped = False
-        for d in self.desired():
+        for d in self._build(nics, taints, self.generation):
             name = d["metadata"]["name"]
-            if name in by_name:
-                d["metadata"]["resourceVersion"] = by_name[name]["metadata"]["resourceVersion"]
-                answer = self.api.replace_slice(name, d)
-                metrics.SLICE_PUBLISHES.labels(operation="update").inc()
+            held = existing.get(name)
+            if held is not None:
+                d["metadata"]["resourceVersion"] = _rv(held)
+                answer = self._write("update", lambda d=d, name=name: self.api.replace_slice(name, d))
             else:
-                answer = self.api.create_slice(d)
-                metrics.SLICE_PUBLISHES.labels(operation="create").inc()
+                answer = self._write("create", lambda d=d: self.api.create_slice(d))
+            self._answered[name] = (slice_content(d), slice_content(answer))
             dropped = dropped or _dropped_sharing(d, answer)
-            by_name.pop(name, None)
-        for name in by_name:  # slices of ours that are no longer needed
+        for name in set(existing) - names:  # slices of ours that are no longer needed
             self.api.delete_slice(name)
+            self.cache.remove(name)
+            self._answered.pop(name, None)
             metrics.SLICE_PUBLISHES.labels(operation="delete").inc()
         log.info("published ResourceSlices for node %s, pool generation %d", self.node, self.generation)
         if dropped and self._fall_back_to_slots():
             self.reconcile()  # once: the fallback has no shared NIC left, so it cannot drop anything
             return
         self.published.set()
+
+    def _write(self, operation: str, call: Any) -> dict[str, Any]:
+        try:
+            answer: dict[str, Any] = call()
+        except ApiError as exc:
+            if exc.status in (404, 409):  # our copy was stale: the watch brings the news; retry then
+                self._dirty.set()
+            raise
+        metrics.SLICE_PUBLISHES.labels(operation=operation).inc()
+        if len(self._own_rvs) > 64:  # events of our writes that a re-list skipped never come
+            self._own_rvs.clear()
+        self._own_rvs.add(_rv(answer))
+        self.cache.put(answer)
+        return answer
 
     def _fall_back_to_slots(self) -> bool:
         if self.sharing.without_consumable_capacity() == self.sharing:
@@ -130,6 +319,9 @@ class SlicePublisher:
         threading.Thread(target=self._watch_links, args=(stop,), name="netlink-watch", daemon=True).start()
         backoff = 0.5
         while not stop.is_set():
+            if not self.cache.synced.is_set():  # the first LIST has not answered yet
+                self.cache.synced.wait(0.5)
+                continue
             self._dirty.clear()
             try:
                 self.reconcile()
@@ -141,38 +333,114 @@ class SlicePublisher:
             except Exception as exc:
                 log.exception("ResourceSlice publish failed: %s", exc)
                 wait, backoff = backoff, min(backoff * 2, 30.0)
-            self._dirty.wait(wait)
-            if stop.is_set():
+            self._wait_dirty(stop, wait)
+
+    def _wait_dirty(self, stop: threading.Event, seconds: float) -> None:
+        """Until something to reconcile, ``seconds``, or the stop (checked every second)."""
+        deadline = time.monotonic() + seconds
+        while not stop.is_set() and not self._dirty.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 return
+            self._dirty.wait(min(remaining, 1.0))
 
     def _watch_slices(self, stop: threading.Event) -> None:
-        """Deleted or changed by someone else (kubelet at start): reconcile now."""
+        """The cache's LIST and WATCH; a change by someone else (kubelet's wipe) -> reconcile."""
+        listed = False
         while not stop.is_set():
             try:
-                _, resource_version = self.api.list_slices(self.selector)
-                for kind, _obj in self.api.watch_slices(self.selector, resource_version, WATCH_TIMEOUT):
+                if not listed:
+                    items, resource_version = self.api.list_slices(self.selector, resource_version="0")
+                    self.cache.replace(items, resource_version)
+                    listed = True
+                    self._dirty.set()
+                for kind, obj in self.api.watch_slices(self.selector, self.cache.resource_version, self.watch_timeout):
                     if stop.is_set():
                         return
-                    if kind in ("DELETED", "MODIFIED"):
-                        self._dirty.set()
+                    self._on_event(kind, obj)
+                # the stream ended at its timeout: resume from the last resourceVersion seen
             except ApiError as exc:
+                listed = False  # 410 Gone or a broken watch: list again
                 if exc.status != 410:
+                    log.info("ResourceSlice watch broken: %s; listing again", exc)
                     stop.wait(1.0)
 
+    def _on_event(self, kind: str, obj: dict[str, Any]) -> None:
+        rv = _rv(obj)
+        if rv:
+            self.cache.resource_version = rv
+        if kind == "BOOKMARK" or not (obj.get("metadata") or {}).get("name"):
+            return
+        if kind == "DELETED":
+            self.cache.remove(obj["metadata"]["name"])
+        elif not self.cache.put(obj):
+            return
+        if kind != "DELETED" and rv in self._own_rvs:
+            self._own_rvs.discard(rv)
+            return
+        self._dirty.set()
+
     def _watch_links(self, stop: threading.Event) -> None:
+        """Link events (added, changed, removed) -> reconcile.
+
+        pyroute2 opens and subscribes the netlink socket (in ``netns``, which takes a fork); the
+        socket is then read here directly, polled with a timeout, so the thread ends with the
+        service and no message waits in a library's queue while the socket looks idle.
+        """
+        import select
+
         from pyroute2 import IPRoute, NetNS
 
-        ipr = NetNS(self.netns, flags=0) if self.netns else IPRoute()
         try:
-            ipr.bind()
-            while not stop.is_set():
-                for message in ipr.get():
-                    if message.get("event") in ("RTM_NEWLINK", "RTM_DELLINK"):
-                        self._dirty.set()
+            ipr = NetNS(self.netns, flags=0) if self.netns else IPRoute()
+            try:
+                ipr.bind()
+                sock = socket.socket(fileno=os.dup(ipr.fileno()))
+            finally:
+                ipr.close()
         except Exception as exc:
-            log.warning("netlink link watch stopped: %s (slices still resync every %ss)", exc, RESYNC_SECONDS)
-        finally:
-            ipr.close()
+            log.warning("netlink link watch failed: %s (slices still resync every %ss)", exc, RESYNC_SECONDS)
+            return
+        with sock:
+            sock.setblocking(False)
+            while not stop.is_set():
+                readable, _, _ = select.select([sock], [], [], LINK_POLL_SECONDS)
+                if readable and _link_events(sock):
+                    self._dirty.set()
+
+
+def _link_events(sock: socket.socket) -> bool:
+    """Drain the netlink socket; whether a link was added, changed or removed."""
+    found = False
+    while True:
+        try:
+            data = sock.recv(65536)
+        except BlockingIOError:
+            return found
+        except OSError as exc:  # ENOBUFS: events were lost; reconcile anyway
+            log.debug("netlink: %s", exc)
+            return True
+        offset = 0
+        while offset + _NLMSGHDR.size <= len(data):
+            length, kind = _NLMSGHDR.unpack_from(data, offset)[:2]
+            found = found or kind in (_RTM_NEWLINK, _RTM_DELLINK)
+            if length < _NLMSGHDR.size:
+                break
+            offset += (length + 3) & ~3  # NLMSG_ALIGN
+
+
+def _published_taint_times(existing: dict[str, dict[str, Any]], driver: str) -> dict[tuple[str, str, str], str]:
+    """(interface name, taint value, effect) -> timeAdded of our link taints in the published
+    slices, so a restarted service keeps a taint's time instead of rewriting it."""
+    key = link_taint_key(driver)
+    found: dict[tuple[str, str, str], str] = {}
+    for obj in existing.values():
+        for device in (obj.get("spec") or {}).get("devices") or []:
+            ifname = ((device.get("attributes") or {}).get(f"{driver}/ifName") or {}).get("string")
+            for taint in device.get("taints") or []:
+                if ifname and taint.get("key") == key and taint.get("timeAdded"):
+                    found[(ifname, taint.get("value", ""), taint.get("effect", ""))] = taint["timeAdded"]
+    return found
 
 
 def _dropped_sharing(sent: dict[str, Any], answer: dict[str, Any]) -> bool:

@@ -2,11 +2,13 @@
 
 One pool per node, named after the node; one device per offered interface.  Device names are
 DNS labels derived from interface names; attributes live in the driver's domain
-(``<driver>/ifName``, ...) plus the standard ``resource.kubernetes.io/pciBusID`` and
-``resource.kubernetes.io/pcieRoot``.  Limits (docs/contracts.md section 4, and the API server's
-validation, whose rules and numbers are in ``dracni.kube.validation``): <=128 devices per slice,
-<=32 attributes per device, attribute names ``[<dns-subdomain <=63>/]<C identifier <=32>``,
-string and version values <=64 bytes, each attribute exactly one of int/bool/string/version.
+(``<driver>/ifName``, ...) plus the standard ``resource.kubernetes.io/pciBusID``,
+``resource.kubernetes.io/pcieRoot`` and ``resource.kubernetes.io/numaNode``.  A NIC whose link
+is down or gone carries a device taint (KEP-5055, ``link_taint``) on each of its devices.
+Limits (docs/contracts.md section 4, and the API server's validation, whose rules and numbers
+are in ``dracni.kube.validation``): <=128 devices per slice (64 with taints), <=32 attributes
+per device, attribute names ``[<dns-subdomain <=63>/]<C identifier <=32>``, string and version
+values <=64 bytes, each attribute exactly one of int/bool/string/version.
 
 Objects are plain dicts in the API's camelCase JSON form, ready for the kubernetes client or
 ``kubectl apply``.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from .. import defaults
@@ -27,6 +29,7 @@ from ..kube.validation import (
     DNS1123_SUBDOMAIN_MAX,
     DRIVER_NAME_MAX,
     SLICE_MAX_DEVICES,
+    SLICE_MAX_DEVICES_WITH_TAINTS,
     is_dns_subdomain,
     is_driver_name,
     is_label_value,
@@ -40,6 +43,12 @@ __all__ = [
     "LABEL_NODE",
     "PCI_BUS_ID",
     "PCIE_ROOT",
+    "NUMA_NODE",
+    "TAINT_EFFECTS",
+    "LINK_DOWN",
+    "LINK_GONE",
+    "link_taint",
+    "link_taint_key",
     "Offer",
     "build_slices",
     "device_for",
@@ -47,6 +56,7 @@ __all__ = [
     "device_name",
     "label_value",
     "slice_name",
+    "slice_content",
     "slices_equal",
     "unique_device_names",
 ]
@@ -55,6 +65,17 @@ API_VERSION = "resource.k8s.io/v1"
 
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+#: Kubernetes 1.37 (k8s.io/dynamic-resource-allocation/deviceattribute
+#: ``StandardDeviceAttributeNUMANode``): an int, the kernel's ``numa_node``; omitted when the
+#: device has no NUMA affinity (-1), as ``GetNUMANodeAttributeByPCIBusID`` insists.
+NUMA_NODE = "resource.kubernetes.io/numaNode"
+
+#: Device taint effects (k8s ``pkg/apis/resource/types.go`` ``DeviceTaintEffect``) a link taint
+#: may carry; the service's ``--link-down-taint-effect`` also accepts ``None`` (no taint).
+TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+#: Values of the link taint: the link cannot carry traffic, or the NIC vanished from the node.
+LINK_DOWN = "down"
+LINK_GONE = "gone"
 
 # Labels on every slice dracni writes, to list and clean up its own slices.
 LABEL_DRIVER = "dracni.io/driver"
@@ -162,9 +183,12 @@ def device_for(nic: Nic, *, domain: str = defaults.DRIVER, name: str | None = No
 
     ``name`` defaults to ``device_name(nic.name)`` (``build_slices`` passes the de-duplicated
     one).  Attributes under ``domain`` (the driver name): ifName, mac, mtu, kind ("" for a
-    physical NIC), state (operational state), adminUp, virtual, sriovVF always; speedMbps,
-    numaNode, sriovTotalVFs, sriovNumVFs, master, kernelDriver, pciVendor, pciDevice when known;
-    plus ``resource.kubernetes.io/pciBusID`` and ``.../pcieRoot`` when known.
+    physical NIC), virtual, sriovVF always; speedMbps, numaNode, sriovTotalVFs, sriovNumVFs,
+    master, kernelDriver, pciVendor, pciDevice when known; plus the standard
+    ``resource.kubernetes.io/pciBusID``, ``.../pcieRoot`` and ``.../numaNode`` when known.
+
+    The link's state is not an attribute: a link that is down is a taint (``link_taint``), so
+    a flapping link rewrites the slice only when its taint comes or goes.
     """
     attrs: dict[str, dict[str, Any]] = {}
 
@@ -176,8 +200,6 @@ def device_for(nic: Nic, *, domain: str = defaults.DRIVER, name: str | None = No
         put("mac", _string(nic.mac))
     put("mtu", {"int": int(nic.mtu)})
     put("kind", _string(nic.kind))
-    put("state", _string(nic.oper_state))
-    put("adminUp", {"bool": bool(nic.admin_up)})
     put("virtual", {"bool": bool(nic.virtual)})
     put("sriovVF", {"bool": bool(nic.sriov_is_vf)})
     if nic.speed_mbps is not None:
@@ -200,6 +222,8 @@ def device_for(nic: Nic, *, domain: str = defaults.DRIVER, name: str | None = No
         attrs[PCI_BUS_ID] = _string(nic.pci_address)
     if nic.pcie_root:
         attrs[PCIE_ROOT] = _string(nic.pcie_root)
+    if nic.numa_node is not None and nic.numa_node >= 0:
+        attrs[NUMA_NODE] = {"int": int(nic.numa_node)}
     assert len(attrs) <= DEVICE_MAX_ATTRIBUTES
     return {"name": name if name is not None else device_name(nic.name), "attributes": attrs}
 
@@ -267,6 +291,23 @@ def canonical_count(n: int) -> str:
     return str(n)
 
 
+# -- taints ---------------------------------------------------------------------------------------
+
+
+def link_taint_key(driver: str) -> str:
+    """``<driver>/link``: a label name (the driver name is a DNS subdomain, the prefix)."""
+    return f"{driver}/link"
+
+
+def link_taint(driver: str, value: str, effect: str, time_added: str) -> dict[str, str]:
+    """The v1 DeviceTaint saying the NIC's link is ``value`` (``LINK_DOWN``/``LINK_GONE``) since
+    ``time_added`` (RFC 3339; the API server would default it to the write's time, and a
+    publisher that resent a new one would rewrite the slice for nothing)."""
+    if effect not in TAINT_EFFECTS:
+        raise ValueError(f"taint effect {effect!r}: must be one of {', '.join(TAINT_EFFECTS)}")
+    return {"key": link_taint_key(driver), "value": value, "effect": effect, "timeAdded": time_added}
+
+
 # -- slices ---------------------------------------------------------------------------------------
 
 
@@ -279,6 +320,7 @@ def build_slices(
     generation: int,
     max_devices: int = SLICE_MAX_DEVICES,
     sharing: Sharing | None = None,
+    taints: Mapping[str, list[dict[str, str]]] | None = None,
 ) -> list[dict[str, Any]]:
     """The ResourceSlices publishing ``nics`` as the pool of node ``node_name``, each NIC as
     ``sharing`` says (``offers``; None: one exclusive device per NIC, no sharing attributes).
@@ -287,8 +329,11 @@ def build_slices(
     devices when ``nics`` is empty, so the pool still says "nothing here"); every slice carries
     the same ``pool.generation`` and ``pool.resourceSliceCount`` = the number of slices.
     Slice names are deterministic (``slice_name``); an ownerReference to the Node is added when
-    ``node_uid`` is known.  Raises ValueError on an invalid driver or node name, a negative
-    generation, a ``max_devices`` outside 1..128, or duplicate interface names.
+    ``node_uid`` is known.  ``taints`` (interface name -> DeviceTaints) go on every device of
+    that NIC; a slice with taints holds at most 64 devices (the API's limit), so a caller that
+    may taint passes ``max_devices=SLICE_MAX_DEVICES_WITH_TAINTS`` to keep the split stable.
+    Raises ValueError on an invalid driver or node name, a negative generation, a
+    ``max_devices`` outside 1..128 (1..64 with taints), or duplicate interface names.
     """
     if not is_driver_name(driver):
         raise ValueError(f"driver {driver!r}: must be a DNS subdomain of at most {DRIVER_NAME_MAX} characters")
@@ -298,12 +343,20 @@ def build_slices(
         raise ValueError(f"generation {generation!r}: must be a non-negative int64")
     if isinstance(max_devices, bool) or not isinstance(max_devices, int) or not 1 <= max_devices <= SLICE_MAX_DEVICES:
         raise ValueError(f"max_devices {max_devices!r}: must be between 1 and {SLICE_MAX_DEVICES}")
+    taints = {name: list(t) for name, t in (taints or {}).items() if t}
+    if taints and max_devices > SLICE_MAX_DEVICES_WITH_TAINTS:
+        raise ValueError(f"max_devices {max_devices}: slices with taints hold at most {SLICE_MAX_DEVICES_WITH_TAINTS}")
 
     if sharing is None:
         names = unique_device_names(nic.name for nic in nics)
-        unsorted = [device_for(nic, domain=driver, name=names[nic.name]) for nic in nics]
+        pairs = [(nic, device_for(nic, domain=driver, name=names[nic.name])) for nic in nics]
     else:
-        unsorted = [offered_device(o, domain=driver, sharing=sharing) for o in offers(nics, sharing)]
+        pairs = [(o.nic, offered_device(o, domain=driver, sharing=sharing)) for o in offers(nics, sharing)]
+    unsorted = []
+    for nic, device in pairs:
+        if nic.name in taints:
+            device["taints"] = [dict(t) for t in taints[nic.name]]
+        unsorted.append(device)
     devices = sorted(unsorted, key=lambda d: d["name"])
     chunks = [devices[i : i + max_devices] for i in range(0, len(devices), max_devices)] or [[]]
 
@@ -376,6 +429,12 @@ def _normal_spec(obj: dict[str, Any]) -> dict[str, Any]:
     out["pool"] = _prune(pool)
     out["devices"] = devices
     return out
+
+
+def slice_content(obj: dict[str, Any]) -> dict[str, Any]:
+    """What ``slices_equal`` compares: the spec without ``pool.generation``, devices sorted by
+    name, empty values dropped (for remembering what was sent and what the server kept)."""
+    return _normal_spec(obj)
 
 
 def slices_equal(desired: dict[str, Any], existing: dict[str, Any]) -> bool:

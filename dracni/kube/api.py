@@ -131,13 +131,23 @@ class KubeApi:
         )
 
     # -- resourceslices: CRUD and watch ----------------------------------------------------------
-    def list_slices(self, field_selector: str) -> tuple[list[dict[str, Any]], str]:
-        data = _call(self.resource.list_resource_slice, field_selector=field_selector)
+    def list_slices(self, field_selector: str, resource_version: str = "0") -> tuple[list[dict[str, Any]], str]:
+        """The slices matching ``field_selector`` and the list's resourceVersion.
+
+        ``resource_version="0"`` (the default): "any version", served from the API server's watch
+        cache, not a quorum read from etcd (what an informer's first LIST asks for); the watch
+        that follows from the answer's resourceVersion brings it up to date.
+        """
+        data = _call(
+            self.resource.list_resource_slice, field_selector=field_selector, resource_version=resource_version
+        )
         return data.get("items") or [], data.get("metadata", {}).get("resourceVersion", "")
 
     def watch_slices(
         self, field_selector: str, resource_version: str, timeout_seconds: int
     ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(type, object) events after ``resource_version``: ADDED, MODIFIED, DELETED and
+        BOOKMARK (the object then carries only ``metadata.resourceVersion``)."""
         yield from self._watch(
             self.resource.list_resource_slice, resource_version, timeout_seconds, field_selector=field_selector
         )

@@ -40,6 +40,7 @@ DNS1123_LABEL_MAX = 63
 DNS1123_SUBDOMAIN_MAX = 253
 LABEL_VALUE_MAX = 63  # apimachinery validation.LabelValueMaxLength
 SLICE_MAX_DEVICES = 128  # ResourceSliceMaxDevices
+SLICE_MAX_DEVICES_WITH_TAINTS = 64  # ResourceSliceMaxDevicesWithTaintsOrConsumesCounters
 DEVICE_MAX_ATTRIBUTES = 32  # ResourceSliceMaxAttributesAndCapacitiesPerDevice
 ATTRIBUTE_VALUE_MAX = 64  # DeviceAttributeMaxValueLength (bytes of a string or version value)
 

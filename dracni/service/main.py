@@ -44,6 +44,7 @@ class ServiceOptions:
     nic_exclude: list[str] = field(default_factory=list)
     publish_slices: bool = True
     netns: str | None = None  # discover NICs in this netns (tests); default: the service's own
+    link_taint_effect: str = "NoSchedule"  # a NIC whose link is down or gone: NoSchedule, NoExecute, None
 
 
 class Service:
@@ -102,6 +103,8 @@ class Service:
                 exclude=opts.nic_exclude or None,
                 netns=opts.netns,
                 sharing=opts.sharing,
+                link_taint_effect=opts.link_taint_effect,
+                in_use=self._claimed_devices,
             )
             if opts.publish_slices
             else None
@@ -126,6 +129,11 @@ class Service:
         self.health = HealthServer(opts.health_address, self.ready) if opts.health_address else None
         self._threads: list[threading.Thread] = []
         self._stops: list[Callable[[], None]] = []  # undo what start() did, newest last
+
+    def _claimed_devices(self) -> set[str]:
+        """Device names the prepared claims in the state dir hold (the slice publisher asks
+        when a NIC left the node's netns: host-device moved it into a pod)."""
+        return {d["device"] for claim in self.state.list_claims() for d in claim["devices"]}
 
     def ready(self) -> tuple[bool, str]:
         if self.slices is not None and not self.slices.published.is_set():

@@ -148,6 +148,39 @@ def test_oper_state_follows_the_link(lab, tmp_path):
 
 
 @needs_netns
+def test_carrier_and_link_down_follow_the_link(lab, tmp_path):
+    """IFLA_CARRIER is read; ``link_down`` is what the publisher taints: no carrier or an oper
+    state of down / lowerlayerdown."""
+    host, ns = lab
+    vn0 = {n.name: n for n in discover_nics(netns=ns.path, sysfs_root=str(tmp_path))}["vn0"]
+    assert vn0.carrier is True and not vn0.link_down
+    ip("link", "set", "vh0", "down", netns=host.name)
+    _wait_operstate(ns, "vn0", "LOWERLAYERDOWN")
+    vn0 = {n.name: n for n in discover_nics(netns=ns.path, sysfs_root=str(tmp_path))}["vn0"]
+    assert vn0.carrier is False and vn0.link_down
+    ip("link", "set", "vh0", "up", netns=host.name)
+    _wait_operstate(ns, "vn0", "UP")
+    vn0 = {n.name: n for n in discover_nics(netns=ns.path, sysfs_root=str(tmp_path))}["vn0"]
+    assert vn0.carrier is True and not vn0.link_down
+
+
+@pytest.mark.parametrize(
+    "fields,down",
+    [
+        ({"oper_state": "up", "carrier": True}, False),
+        ({"oper_state": "unknown", "carrier": True}, False),  # links that report no state (dummy)
+        ({"oper_state": "unknown"}, False),  # nothing known: not tainted
+        ({"oper_state": "up", "carrier": False}, True),
+        ({"oper_state": "down"}, True),
+        ({"oper_state": "lowerlayerdown", "carrier": False}, True),
+        ({"oper_state": "notpresent"}, True),
+    ],
+)
+def test_link_down(fields, down):
+    assert Nic("eth1", 2, **fields).link_down is down
+
+
+@needs_netns
 def test_missing_netns_raises_and_is_not_created(tmp_path):
     path = str(NETNS_RUN / f"dracni-nics-absent-{os.getpid()}")
     with pytest.raises(FileNotFoundError):
@@ -329,6 +362,19 @@ def test_sysfs_numa_and_speed_edge_values(tmp_path, numa, speed, expect_numa, ex
     make_pci_nic(tmp_path, "ens3", numa=numa, speed=speed)
     hw = hardware_facts("ens3", str(tmp_path))
     assert (hw.numa_node, hw.speed_mbps) == (expect_numa, expect_speed)
+
+
+@pytest.mark.parametrize("numa,expect", [("1", {"int": 1}), ("0", {"int": 0}), ("-1", None), (None, None)])
+def test_numa_node_is_published_as_the_standard_attribute(tmp_path, numa, expect):
+    """``resource.kubernetes.io/numaNode`` (deviceattribute ``StandardDeviceAttributeNUMANode``,
+    an int) from ``device/numa_node``; -1 (no NUMA affinity) and a missing file: omitted."""
+    from dracni.inventory.slices import NUMA_NODE, device_for
+
+    make_pci_nic(tmp_path, "ens3", numa=numa)
+    hw = hardware_facts("ens3", str(tmp_path))
+    attrs = device_for(Nic("ens3", 7, **vars(hw)))["attributes"]
+    assert attrs.get(NUMA_NODE) == expect
+    assert attrs["resource.kubernetes.io/pciBusID"] == {"string": "0000:3b:00.0"}
 
 
 def test_sysfs_unreadable_speed(tmp_path):

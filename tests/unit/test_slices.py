@@ -22,16 +22,21 @@ from dracni.inventory.slices import (
     API_VERSION,
     LABEL_DRIVER,
     LABEL_NODE,
+    LINK_DOWN,
+    LINK_GONE,
+    NUMA_NODE,
     PCI_BUS_ID,
     PCIE_ROOT,
     build_slices,
     device_for,
     device_name,
     label_value,
+    link_taint,
     slice_name,
     slices_equal,
     unique_device_names,
 )
+from dracni.kube.validation import SLICE_MAX_DEVICES_WITH_TAINTS
 
 # -- an independent validator ---------------------------------------------------------------------
 
@@ -338,8 +343,6 @@ def test_device_for_physical_nic():
         "dracni.io/mac": {"string": "3c:fd:fe:00:00:01"},
         "dracni.io/mtu": {"int": 9000},
         "dracni.io/kind": {"string": ""},
-        "dracni.io/state": {"string": "up"},
-        "dracni.io/adminUp": {"bool": True},
         "dracni.io/virtual": {"bool": False},
         "dracni.io/sriovVF": {"bool": False},
         "dracni.io/speedMbps": {"int": 25000},
@@ -351,6 +354,7 @@ def test_device_for_physical_nic():
         "dracni.io/pciDevice": {"string": "0x159b"},
         PCI_BUS_ID: {"string": "0000:3b:00.0"},
         PCIE_ROOT: {"string": "pci0000:3a"},
+        NUMA_NODE: {"int": 1},
     }
     assert all(attribute_errors(k, v) == [] for k, v in a.items())
 
@@ -360,10 +364,10 @@ def test_device_for_virtual_nic_omits_unknowns():
     assert a["dracni.io/kind"] == {"string": "veth"}
     assert a["dracni.io/virtual"] == {"bool": True}
     assert a["dracni.io/master"] == {"string": "br0"}
-    assert a["dracni.io/state"] == {"string": "down"}
+    assert "dracni.io/state" not in a and "dracni.io/adminUp" not in a  # the link state is a taint
     for absent in ("speedMbps", "numaNode", "sriovTotalVFs", "sriovNumVFs", "kernelDriver"):
         assert f"dracni.io/{absent}" not in a
-    assert PCI_BUS_ID not in a and PCIE_ROOT not in a
+    assert PCI_BUS_ID not in a and PCIE_ROOT not in a and NUMA_NODE not in a
     assert "dracni.io/mac" not in device_for(Nic("tun0", 3, kind="tun"))["attributes"]
 
 
@@ -376,10 +380,10 @@ def test_device_for_uses_the_driver_domain_and_given_name():
 
 
 def test_string_values_are_capped_at_64_bytes():
-    a = device_for(Nic("x0", 1, kind="k" * 100, oper_state="é" * 40))["attributes"]
+    a = device_for(Nic("x0", 1, kind="k" * 100, driver="é" * 40))["attributes"]
     assert a["dracni.io/kind"] == {"string": "k" * 64}
-    assert len(a["dracni.io/state"]["string"].encode()) <= 64
-    assert a["dracni.io/state"]["string"] == "é" * 32
+    assert len(a["dracni.io/kernelDriver"]["string"].encode()) <= 64
+    assert a["dracni.io/kernelDriver"]["string"] == "é" * 32
 
 
 def test_every_attribute_name_is_valid_and_count_limited():
@@ -577,6 +581,67 @@ def test_slices_equal_sees_real_changes(mutate):
 
 def test_slices_equal_after_nic_change():
     before = _built(nics=[PF, VETH])[0]
-    up = Nic(**{**VETH.__dict__, "oper_state": "up"})
-    assert not slices_equal(_built(nics=[PF, up])[0], before)
+    jumbo = Nic(**{**VETH.__dict__, "mtu": 9000})
+    assert not slices_equal(_built(nics=[PF, jumbo])[0], before)
     assert slices_equal(_built(nics=[VETH, PF], generation=9)[0], before)
+
+
+def test_the_link_state_alone_does_not_change_the_slice():
+    """A flapping link must not rewrite the slice: its state is a taint (publisher), not an
+    attribute."""
+    before = _built(nics=[PF, VETH])[0]
+    for changed in ({"oper_state": "up", "admin_up": True}, {"carrier": False}, {"oper_state": "lowerlayerdown"}):
+        assert slices_equal(_built(nics=[PF, Nic(**{**VETH.__dict__, **changed})])[0], before)
+
+
+# -- taints ---------------------------------------------------------------------------------------
+
+
+def test_link_taints_go_on_every_device_of_their_nic():
+    from dracni.inventory.sharing import parse_sharing
+
+    taint = link_taint("dracni.io", LINK_DOWN, "NoSchedule", "2026-01-02T03:04:05Z")
+    assert taint == {
+        "key": "dracni.io/link",
+        "value": "down",
+        "effect": "NoSchedule",
+        "timeAdded": "2026-01-02T03:04:05Z",
+    }
+    (exclusive,) = build_slices(
+        driver="dracni.io", node_name="n1", node_uid=None, nics=[PF, VETH], generation=1,
+        taints={"veth1": [taint]}, max_devices=SLICE_MAX_DEVICES_WITH_TAINTS,
+    )  # fmt: skip
+    by_name = {d["name"]: d for d in exclusive["spec"]["devices"]}
+    assert by_name["veth1"]["taints"] == [taint] and "taints" not in by_name["ens1f0"]
+    sharing = parse_sharing(["veth1=slots"], slots=3, max_attachments=8)
+    (slots,) = build_slices(
+        driver="dracni.io", node_name="n1", node_uid=None, nics=[PF, VETH], generation=1, sharing=sharing,
+        taints={"veth1": [taint]}, max_devices=SLICE_MAX_DEVICES_WITH_TAINTS,
+    )  # fmt: skip
+    tainted = sorted(d["name"] for d in slots["spec"]["devices"] if d.get("taints"))
+    assert tainted == ["veth1-slot-0", "veth1-slot-1", "veth1-slot-2"]
+    assert not slices_equal(exclusive, _built(nics=[PF, VETH])[0])  # a taint is content
+
+
+def test_link_taints_are_valid_device_taints():
+    """Key a label name (``<driver>/link``), value a label value, effect NoSchedule or NoExecute."""
+    for effect in ("NoSchedule", "NoExecute"):
+        for value in (LINK_DOWN, LINK_GONE):
+            taint = link_taint("a" * 63, value, effect, "2026-01-02T03:04:05Z")
+            prefix, name = taint["key"].split("/")
+            assert is_dns_subdomain(prefix) and LABEL_NAME.match(name) and len(name) <= 63
+            assert LABEL_VALUE.match(taint["value"])
+    with pytest.raises(ValueError, match="taint effect"):
+        link_taint("dracni.io", LINK_DOWN, "None", "2026-01-02T03:04:05Z")
+
+
+def test_a_slice_with_taints_holds_at_most_64_devices():
+    taint = link_taint("dracni.io", LINK_GONE, "NoSchedule", "2026-01-02T03:04:05Z")
+    with pytest.raises(ValueError, match="at most 64"):
+        build_slices(driver="dracni.io", node_name="n1", node_uid=None, nics=many_nics(3), generation=1,
+                     taints={"ens0": [taint]})  # fmt: skip
+    built = build_slices(
+        driver="dracni.io", node_name="n1", node_uid=None, nics=many_nics(100), generation=1,
+        taints={"ens0": [taint]}, max_devices=SLICE_MAX_DEVICES_WITH_TAINTS,
+    )  # fmt: skip
+    assert [len(s["spec"]["devices"]) for s in built] == [64, 36]

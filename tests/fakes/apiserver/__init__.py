@@ -53,7 +53,9 @@ The package, one job a module:
 - Resources: ``resources.py`` (the table), ``claims.py``, ``slices.py``, ``core.py`` (nodes and
   namespaces), ``ipamclaims.py`` with ``ipamclaim_schema.py``; ``names.py`` (name rules),
   ``quantity.py`` (``resource.Quantity``).
-- Feature gates: ``features.py`` (the gates), ``consumable_capacity.py`` (KEP-5075: what is
+- Feature gates: ``features.py`` (the gates; ``DRADeviceTaints`` too, on as from 1.36),
+  ``device_taints.py`` (KEP-5055: slice taints defaulted, validated, dropped while the gate is
+  off), ``consumable_capacity.py`` (KEP-5075: what is
   dropped while the gate is off, request policy and shareID validation).
 - ``dracni_rules.py``: the only imports from dracni.
 """

@@ -14,7 +14,10 @@ from collections.abc import Mapping
 #: KEP-5075 consumable capacity: alpha (off) in 1.34, beta (on) from 1.36.
 DRA_CONSUMABLE_CAPACITY = "DRAConsumableCapacity"
 
-DEFAULTS: dict[str, bool] = {DRA_CONSUMABLE_CAPACITY: True}
+#: KEP-5055 device taints: alpha (off) from 1.33, beta (on) from 1.36, GA in 1.37.
+DRA_DEVICE_TAINTS = "DRADeviceTaints"
+
+DEFAULTS: dict[str, bool] = {DRA_CONSUMABLE_CAPACITY: True, DRA_DEVICE_TAINTS: True}
 
 
 class FeatureGates:

@@ -3,7 +3,9 @@ validated as ``ValidateResourceSlice``/``ValidateResourceSliceUpdate`` do (422; 
 node immutable), field selectors ``spec.nodeName``, ``spec.driver``, ``metadata.name``.
 Capacity quantities are decoded (400) and stored in canonical form; ``dropDisabledFields`` runs
 before validation (``consumable_capacity.py``: ``allowMultipleAllocations`` and request policies
-go while ``DRAConsumableCapacity`` is off).  Test helpers: ``create_slice``, ``get_slice``,
+go while ``DRAConsumableCapacity`` is off; ``device_taints.py``: taints get ``timeAdded``
+defaulted, are validated, cap a slice at 64 devices, and go while ``DRADeviceTaints`` is off).
+Test helpers: ``create_slice``, ``get_slice``,
 ``list_slices``, ``delete_all_slices``."""
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from . import crud
 from .consumable_capacity import capacity_errors, decode_slice_capacities, drop_slice_fields
+from .device_taints import default_taint_times, device_taint_errors, drop_taint_fields, max_devices
 from .dracni_rules import fe
 from .features import FeatureGates
 from .names import (
@@ -122,11 +125,13 @@ def validate_slice(obj: Obj, old: Obj | None = None) -> list[str]:
                 errs.append(fe.required(f"{cpath}.value"))
             else:
                 errs.extend(capacity_errors(cpath, value, allow_multiple))
+        errs.extend(device_taint_errors(path, device, old))
         combined = len(attributes) + len(capacity)
         if combined > 32:
             errs.append(fe.invalid(path, combined, "the total number of attributes and capacities must not exceed 32"))
-    if len(devices) > 128:
-        errs.append(fe.too_many("spec.devices", len(devices), 128))
+    limit = max_devices(obj)
+    if len(devices) > limit:
+        errs.append(fe.too_many("spec.devices", len(devices), limit))
     for index, device in enumerate(devices):
         if isinstance(device, dict) and isinstance(device.get("name"), str):
             if device["name"] in seen:
@@ -164,9 +169,12 @@ def _attribute_errors(path: str, attribute: Any) -> list[str]:
 
 
 def _drop_disabled(new: Obj, old: Obj | None, gates: FeatureGates) -> None:
-    """Decoding first (a capacity quantity that does not parse is a 400), then the strategy's
-    ``dropDisabledFields`` (resourceslice/strategy.go; ``PrepareForCreate``/``PrepareForUpdate``)."""
+    """Decoding first (a capacity quantity that does not parse is a 400; defaults such as a
+    taint's ``timeAdded``), then the strategy's ``dropDisabledFields`` (resourceslice/strategy.go;
+    ``PrepareForCreate``/``PrepareForUpdate``)."""
     decode_slice_capacities(new)
+    default_taint_times(new)
+    drop_taint_fields(new, old, gates)
     drop_slice_fields(new, old, gates)
 
 
