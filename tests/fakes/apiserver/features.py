@@ -14,7 +14,17 @@ from collections.abc import Mapping
 #: KEP-5075 consumable capacity: alpha (off) in 1.34, beta (on) from 1.36.
 DRA_CONSUMABLE_CAPACITY = "DRAConsumableCapacity"
 
-DEFAULTS: dict[str, bool] = {DRA_CONSUMABLE_CAPACITY: True}
+#: KEP-4817 ``status.devices``: beta (on) 1.33-1.36, GA (locked on) 1.37.
+DRA_RESOURCE_CLAIM_DEVICE_STATUS = "DRAResourceClaimDeviceStatus"
+#: Granular status authorization (``resourceclaims/binding``, ``resourceclaims/driver``):
+#: beta (on) from 1.36; off stands for a 1.34/1.35 server.
+DRA_GRANULAR_STATUS_AUTHZ = "DRAResourceClaimGranularStatusAuthorization"
+
+DEFAULTS: dict[str, bool] = {
+    DRA_CONSUMABLE_CAPACITY: True,
+    DRA_RESOURCE_CLAIM_DEVICE_STATUS: True,
+    DRA_GRANULAR_STATUS_AUTHZ: True,
+}
 
 
 class FeatureGates:

@@ -18,9 +18,11 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
+from .claim_status import Caller
 from .errors import REASONS, ApiStatusError, BodyError, details
-from .resources import Resource
+from .resources import RESOURCES, Resource
 from .routes import route
+from .store import RequestContext
 
 if TYPE_CHECKING:
     from .server import FakeApiServer
@@ -178,12 +180,23 @@ def decode_body(raw: bytes, content_type: str | None) -> Any:
     raise BodyError(f"couldn't get version/kind; json parse error: invalid JSON: {text[:80]!r}")
 
 
+def forbidden_message(attrs: RequestAttributes, res: Resource) -> str:
+    """apiserver ``responsewriters.forbiddenMessage``."""
+    what = f"{attrs.resource}/{attrs.subresource}" if attrs.subresource else attrs.resource
+    subject = f'{res.qualified} "{attrs.name}"' if attrs.name else res.qualified
+    where = f'in the namespace "{attrs.namespace}"' if attrs.namespace else "at the cluster scope"
+    group = f'in API group "{res.group}"'
+    return f'{subject} is forbidden: User "{attrs.user}" cannot {attrs.verb} resource "{what}" {group} {where}'
+
+
 class HttpFrontend:
     """``FakeApiServer``'s HTTP side: dispatch, authentication, authorization, injected
     failures and the request log."""
 
     _store: Store
     users: dict[str, str]
+    #: ``user.Info.GetExtra()`` of each user (e.g. the node-name of a pod-bound token).
+    user_extra: dict[str, dict[str, list[str]]]
     authorizer: Callable[[RequestAttributes], bool] | None
     requests: list[RecordedRequest]
     internal_errors: list[str]
@@ -258,16 +271,26 @@ class HttpFrontend:
         attrs = RequestAttributes(user, verb, res.plural, subresource, namespace, name, res.group)
         if self.authorizer(attrs):
             return
-        what = f"{res.plural}/{subresource}" if subresource else res.plural
-        subject = f'{res.qualified} "{name}"' if name else res.qualified
-        where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
-        group = f'in API group "{res.group}"'
-        raise ApiStatusError(
-            403,
-            "Forbidden",
-            f'{subject} is forbidden: User "{user}" cannot {verb} resource "{what}" {group} {where}',
-            details(res, name or None),
-        )
+        raise ApiStatusError(403, "Forbidden", forbidden_message(attrs, res), details(res, name or None))
+
+    def _authorize_synthetic(
+        self, caller: Caller, verb: str, subresource: str, namespace: str, name: str
+    ) -> tuple[bool, str]:
+        """The authorizer asked about a ``resourceclaims`` synthetic subresource (utils.go
+        ``checkAuthorization`` with ``syntheticSubresourceAttrs``): allowed, else the message of
+        the 403 ``responsewriters.ForbiddenStatusError`` would answer."""
+        if self.authorizer is None:
+            return True, ""
+        res = RESOURCES["resourceclaims"]
+        attrs = RequestAttributes(caller.user, verb, res.plural, subresource, namespace, name, res.group)
+        if self.authorizer(attrs):
+            return True, ""
+        return False, forbidden_message(attrs, res)
+
+    def _request_context(self, user: str, verb: str, namespace: str) -> RequestContext:
+        """The ``ctx`` a request's handler sees: the caller (with its token's ``extra``)."""
+        caller = Caller(user, verb, namespace, dict(self.user_extra.get(user) or {}))
+        return RequestContext(caller, self._authorize_synthetic if self.authorizer is not None else None)
 
     # -- test helpers ---------------------------------------------------------------------------
     def fail_next(

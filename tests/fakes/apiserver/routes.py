@@ -262,4 +262,8 @@ def route(fake: FakeApiServer, handler: Handler, record: RecordedRequest) -> Rep
             "PatchOptions" if method == "PATCH" else "UpdateOptions",
             "fieldManager: Too long: may not be more than 128 bytes",
         )
-    return entry.serve(req)
+    req.store.local.context = fake._request_context(record.user or "", entry.verb, namespace)
+    try:
+        return entry.serve(req)
+    finally:
+        req.store.local.context = None

@@ -15,6 +15,7 @@ from typing import Any, Self
 
 import yaml
 
+from .claim_status import NODE_NAME_KEY
 from .claims import ClaimHelpers
 from .core import NodesAndNamespaces
 from .features import FeatureGates
@@ -85,6 +86,7 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
         namespaces: Iterable[str] = ("default", "kube-system"),
         ipamclaims: bool = False,
         feature_gates: Mapping[str, bool] | None = None,
+        node_name: str | None = None,
     ) -> None:
         self._own_dir = directory is None
         self.directory = str(directory) if directory is not None else tempfile.mkdtemp(prefix="fake-apiserver-")
@@ -93,6 +95,12 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
         self.other_token = other_token or secrets.token_hex(16)
         self.users: dict[str, str] = {self.token: user, self.other_token: other_user}
         self.user = user
+        #: ``extra`` of each user's token, as the authenticator would give it (kube-apiserver
+        #: puts ``authentication.kubernetes.io/node-name`` in a pod-bound service account
+        #: token's); ``node_name`` gives the main user's.
+        self.user_extra: dict[str, dict[str, list[str]]] = {}
+        if node_name:
+            self.user_extra[user] = {NODE_NAME_KEY: [node_name]}
         self.other_user = other_user
         self._store = Store(history_limit, FeatureGates(feature_gates))
         self.bookmark_interval = bookmark_interval
