@@ -301,3 +301,63 @@ def test_the_shipped_clusterrole_writes_status_of_this_nodes_claims_only(api):
         assert "status" not in api.get_claim("default", name) or not api.get_claim("default", name)["status"].get(
             "devices"
         )
+
+
+def test_a_claim_not_bound_to_one_node_is_refused_retried_reported_and_published_once_granted(lab, api):
+    """1.36 with the shipped ClusterRole: a claim whose allocation does not pin it to this one node
+    needs arbitrary-node:patch.  The service's status write is refused (422 Forbidden), retried
+    with backoff, counted (kind=forbidden) and logged once with the missing rule; the status is
+    not lost: it is published as soon as the operator grants the rule."""
+    authorizer = ClusterRoleAuthorizer()
+    api.authorizer = authorizer
+    lab.write_conflist()
+    service = ServiceProcess(lab, api)
+    kubelet = None
+    pod = None
+    try:
+        service.start()
+        kubelet = FakeKubelet(str(service.registry_dir), driver=DRIVER)
+        kubelet.wait_for_plugin(timeout=10)
+        pod_uid = new_pod_uid()
+        claim = create_allocated_claim(api, "spread", pod_uid, macvlan_params(lab))
+        allocation = claim["status"]["allocation"] | {"nodeSelector": NOT_ONE_NODE}
+        api.set_claim_allocation("default", "spread", None)
+        api.set_claim_allocation("default", "spread", allocation, claim["status"]["reservedFor"])
+        claim = api.get_claim("default", "spread")
+        assert not kubelet.prepare([claim_ref(claim)])[claim["metadata"]["uid"]].error
+
+        pod = lab.pod()
+        lab.cnitool("add", pod, pod_uid=pod_uid)
+
+        def refusals() -> list:
+            return [r for r in api.requests_to("PATCH", "/resourceclaims/spread/status") if r.status == 422]
+
+        wait_for(lambda: len(refusals()) >= 3, 15.0, "three refused status writes (retries)")
+        assert not our_status(api, claim)
+        forbidden = [
+            line
+            for line in service.metrics().splitlines()
+            if line.startswith("dracni_status_publish_failures_total") and 'kind="forbidden"' in line
+        ]
+        assert forbidden and float(forbidden[0].split()[-1]) >= 3, forbidden
+        refused_lines = [
+            line for line in service.log().splitlines() if "refused by the API server's authorization" in line
+        ]
+        assert len(refused_lines) == 1, refused_lines  # once, not per retry
+        assert f"resourceNames: [{DRIVER}], verbs: [arbitrary-node:patch]" in refused_lines[0]
+
+        # The operator grants it: the pending record goes out on the next retry.
+        authorizer.granted.add(
+            Permission("resource.k8s.io", "resourceclaims", "driver", "arbitrary-node:patch", DRIVER)
+        )
+        published, _ = wait_for(lambda: our_status(api, claim), 15.0, "status.devices once granted")
+        assert published[0]["conditions"][0]["status"] == "True"
+        assert published[0]["networkData"]["ips"]
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{service.log()[-3000:]}") from None
+    finally:
+        if pod is not None:
+            lab.cnitool("del", pod, pod_uid=pod_uid, check=False)
+        if kubelet is not None:
+            kubelet.close()
+        service.close()
