@@ -11,7 +11,7 @@ import socket
 import threading
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -42,6 +42,8 @@ class RecordedRequest:
     body: Any = None
     status: int | None = None  # the HTTP status answered (200 for a watch stream)
     user_agent: str | None = None
+    #: ``Warning`` headers answered (``299 - "<text>"``): unknown fields under ``fieldValidation=Warn``.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def watch(self) -> bool:
@@ -124,9 +126,12 @@ class Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
 
     # -- writing -------------------------------------------------------------------------------
-    def send_json(self, code: int, body: Any) -> None:
+    def send_json(self, code: int, body: Any, warnings: list[str] | None = None) -> None:
         data = json.dumps(body, separators=(",", ":")).encode()
         self.send_response(code)
+        for text in warnings or ():
+            # apiserver pkg/warning: one header per warning, the text quoted as RFC 7234 wants.
+            self.send_header("Warning", "299 - " + json.dumps(text))
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-cache, private")
@@ -241,7 +246,7 @@ class HttpFrontend:
             code, body = 500, ApiStatusError(500, "InternalError", f"fake API server bug: {exc!r}").status()
         record.status = code
         try:
-            handler.send_json(code, body)
+            handler.send_json(code, body, record.warnings if code < 400 else None)
         except (BrokenPipeError, ConnectionResetError, OSError):
             handler.close_connection = True
 
