@@ -9,10 +9,12 @@ storage, transcribed from kubernetes (1.36 unless noted):
   (refusals are ``field.Forbidden``, so a **422**), then
   ``pkg/apis/resource/validation/validation.go`` ``validateResourceClaimStatusUpdate``.
 
-Differences between 1.34 and 1.37 that matter here: ``validateNetworkDeviceData`` checks each IP
-with ``netutils.ParseCIDRSloppy`` plus its own canonical-form rule up to 1.34 and with
-apimachinery ``IsValidInterfaceAddress`` from 1.35 (same verdicts for the addresses drivers write;
-the message is the newer one); the granular authorization exists from 1.36 (beta, on); the
+Differences between releases that matter here: older ``validateNetworkDeviceData`` parsed each IP
+with ``netutils.ParseCIDRSloppy`` itself (``IsValidCIDR``'s message when unparsable, the canonical
+form unquoted in its message); current code calls apimachinery ``IsValidInterfaceAddress``
+(same verdicts for the addresses drivers write; the messages here are the current ones, and so
+is ``field.TooLong``'s "must have at most N bytes", once "may not be more than N bytes").  The
+granular authorization exists from 1.36 (beta, on; off here stands for 1.34/1.35); the
 device-status gate is beta (on) 1.33-1.36 and GA in 1.37.
 """
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import claims, core, crud, ipamclaims, slices
+from . import field as fe
 from .discovery import discovery
 from .errors import bad_request, invalid_options, method_not_allowed, path_not_found, unsupported_media_type
 from .resources import (
@@ -286,7 +287,7 @@ def route(fake: FakeApiServer, handler: Handler, record: RecordedRequest) -> Rep
     if entry.write and len(req.manager) > 128:
         raise invalid_options(
             "PatchOptions" if method == "PATCH" else "UpdateOptions",
-            "fieldManager: Too long: may not be more than 128 bytes",
+            fe.too_long("fieldManager", 128),  # apimachinery ValidateFieldManager
         )
     if method in ("POST", "PUT", "PATCH"):
         _field_validation(req)

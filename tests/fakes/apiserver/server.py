@@ -58,13 +58,23 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
     ``delete_ipamclaim``, ``install_ipamclaims``/``uninstall_ipamclaims``.
 
     Feature gates (``features.py``): ``feature_gates={"DRAConsumableCapacity": False}`` starts the
-    server with a gate off (default: on, as from Kubernetes 1.36; an unknown name is a
-    ``ValueError``); ``set_feature_gate(name, enabled)`` flips one later (an upgrade or a downgrade:
+    server with a gate off (defaults: Kubernetes 1.36's, all on: ``DRAConsumableCapacity``,
+    ``DRAResourceClaimDeviceStatus``, ``DRAResourceClaimGranularStatusAuthorization``; an unknown
+    name is a ``ValueError``); ``set_feature_gate(name, enabled)`` flips one later (an upgrade or a downgrade:
     stored objects keep what they have), ``feature_gates`` reads them.  With
     ``DRAConsumableCapacity`` off, writes silently lose ``allowMultipleAllocations`` and capacity
     ``requestPolicy`` (slices), ``distinctAttribute`` and request ``capacity`` (claim specs), and
     ``shareID``/``consumedCapacity`` (claim status, ``set_claim_allocation`` included), unless the
     stored object already uses them; with it on, request policies are validated (422).
+
+    The caller of a request: ``users`` (token -> name) and ``user_extra`` (name -> the token's
+    ``extra``); ``node_name=`` gives the main user a pod-bound token's
+    ``authentication.kubernetes.io/node-name``, which the 1.36 status authorization compares with
+    the claim's allocation (claim_status.py).  With an ``authorizer``, the status strategy also
+    asks it about the synthetic ``resourceclaims/driver`` and ``resourceclaims/binding`` verbs and
+    refuses with 422 ``Forbidden``.  JSON bodies of claims and slices lose unknown fields
+    (``fieldValidation``: ``Warn`` by default with ``Warning`` headers, kept in
+    ``RecordedRequest.warnings``; ``Strict`` 400; ``Ignore``).
 
     Not implemented (answered 400/405/415 rather than faked): JSON patch, apply outside
     ``resourceclaims/status`` and ``ipamclaims/status``, ``dryRun``; ignored:
