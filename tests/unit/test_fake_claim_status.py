@@ -459,3 +459,19 @@ def test_unknown_fields_of_a_claim_status_update_are_dropped(fake):
     code, _, warnings = send(fake, "PUT", f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims/c1/status", current)
     assert code == 200 and warnings == ['299 - "unknown field \\"status.devices[0].color\\""']
     assert "color" not in devices_of(fake)[0]
+
+
+def test_list_map_merge_order_is_structured_merge_diffs():
+    """``mergingWalker.visitListItems``: live-only items keep their place, applied items come in
+    applied order (shared ones too)."""
+    from tests.fakes.apiserver import smd
+
+    conditions = smd.ListMap(("type",), smd.CONDITION)
+
+    def types(live, applied):
+        merged = smd.merge([{"type": t} for t in live], [{"type": t} for t in applied], conditions)
+        return [c["type"] for c in merged]
+
+    assert types("abc", "cda") == ["b", "c", "d", "a"]
+    assert types("ab", "x") == ["a", "b", "x"]
+    assert types("", "ba") == ["b", "a"]

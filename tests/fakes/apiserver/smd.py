@@ -14,8 +14,8 @@ What is modelled, with the upstream function for each rule:
   leaf; a list-map element is a member itself (``"."``); a struct field is a member only when it
   is null or an empty object (``visitMapItems``);
 - ``Compare`` (``typed/compare.go``): added, removed, and modified leaves;
-- ``Merge`` (``typed/merge.go``): structs field by field, list-maps element by key (existing
-  elements keep their place, new ones are appended), atomics replaced;
+- ``Merge`` (``typed/merge.go``): structs field by field, list-maps element by key in
+  ``visitListItems``'s order, atomics replaced;
 - ``Updater.Apply`` (``merge/update.go``): the applied object's field set becomes the manager's;
   ``prune`` removes what it applied last time and applies no more, unless another manager owns
   it or something under it (``addBackOwnedItems``) or it holds fields the manager never applied
@@ -163,19 +163,44 @@ def merge(live: Any, config: Any, schema: Any) -> Any:
             out[name] = merge(live[name], value, child) if name in live else copy.deepcopy(value)
         return out
     if isinstance(schema, ListMap) and isinstance(live, list) and isinstance(config, list):
-        out_list = [copy.deepcopy(i) for i in live]
-        index = {key_element(i, schema.keys): n for n, i in enumerate(out_list) if isinstance(i, dict)}
-        for item in config:
-            if not isinstance(item, dict):
-                continue
-            k = key_element(item, schema.keys)
-            if k in index:
-                out_list[index[k]] = merge(out_list[index[k]], item, schema.element)
-            else:
-                index[k] = len(out_list)
-                out_list.append(copy.deepcopy(item))
-        return out_list
+        return _merge_list(live, config, schema)
     return copy.deepcopy(config)
+
+
+def _merge_list(live: list[Any], config: list[Any], schema: ListMap) -> list[Any]:
+    """``mergingWalker.visitListItems``: live-only items keep their place, config items come in
+    config order, shared items in config order among themselves."""
+    lhs = {key_element(i, schema.keys): i for i in live if isinstance(i, dict)}
+    rhs = {key_element(i, schema.keys): i for i in config if isinstance(i, dict)}
+    lhs_order, rhs_order = list(lhs), list(rhs)
+    shared = [pe for pe in rhs_order if pe in lhs]
+    next_shared = shared.pop(0) if shared else None
+    out: list[Any] = []
+    li = ri = 0
+    while li < len(lhs_order) or ri < len(rhs_order):
+        if li < len(lhs_order) and ri < len(rhs_order):
+            pe = lhs_order[li]
+            if pe == rhs_order[ri]:
+                out.append(merge(lhs[pe], rhs[pe], schema.element))
+                li, ri = li + 1, ri + 1
+                next_shared = shared.pop(0) if shared else None
+                continue
+            if pe in rhs and next_shared is not None and next_shared != pe:
+                li += 1  # a shared item, merged when its turn comes on the config side
+                continue
+        if li < len(lhs_order):
+            pe = lhs_order[li]
+            if pe not in rhs:
+                out.append(copy.deepcopy(lhs[pe]))
+                li += 1
+                continue
+        if ri < len(rhs_order):
+            pe = rhs_order[ri]
+            out.append(merge(lhs[pe], rhs[pe], schema.element) if pe in lhs else copy.deepcopy(rhs[pe]))
+            ri += 1
+            if next_shared is not None and next_shared == pe:
+                next_shared = shared.pop(0) if shared else None
+    return out
 
 
 # -- prune ----------------------------------------------------------------------------------------------
