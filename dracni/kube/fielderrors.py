@@ -1,6 +1,8 @@
 """Kubernetes field errors as the API server words them (apimachinery ``field.Error``).
 
-Used by dracni's own status validation and by the test API server, so both say the same thing.
+Used by dracni's own status validation.  (The test API server words its errors from apimachinery
+itself, tests/fakes/apiserver/field.py; current apimachinery says "Too long: must have at most N
+bytes" where this module still says "may not be more than N bytes".)
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from ..status.sink import SinkError
@@ -11,13 +12,49 @@ if TYPE_CHECKING:
     from ..state.records import ClaimRef
 
 
-#: What a refused status write needs (packaging/deploy/clusterrole.yaml grants it).
-FORBIDDEN_HINT = (
-    "dracni needs the ClusterRole rule {apiGroups: [resource.k8s.io], resources: [resourceclaims/status], "
-    "verbs: [patch]} bound to its service account, and on Kubernetes 1.36+ (per-device status "
-    "authorization) a pod-bound token naming this node and the claim allocated to this node; "
-    "retrying until it is granted"
-)
+#: kube-apiserver's 403 (``responsewriters.forbiddenMessage``).
+_FRONT_DOOR = re.compile(r'cannot (?P<verb>\S+) resource "(?P<resource>[^"]+)" in API group "(?P<group>[^"]*)"')
+#: The 1.36 status strategy's 422 ``field.Forbidden`` (pkg/registry/resource/utils.go
+#: ``AuthorizedForDeviceStatus``/``AuthorizedForBinding``): the synthetic subresource and its verbs.
+_DEVICES_FORBIDDEN = re.compile(r"status\.devices(\[\d+\])?: Forbidden: ")
+_SYNTHETIC = re.compile(r'requires resource="(?P<resource>[^"]+)", verb="\[?(?P<verbs>[^"\]]*)\]?" permission')
+
+
+def missing_rule(exc: ApiError, driver: str) -> str | None:
+    """The RBAC rule an authorization refusal says is missing; None when ``exc`` is not one.
+
+    A 403 names the request's own verb and resource.  A 422 is an authorization refusal only when
+    it carries the granular status check's wording (other 422s refuse the entries themselves).
+    """
+    message = str(exc)
+    if exc.status == 403:
+        m = _FRONT_DOOR.search(message)
+        if not m:
+            return "the RBAC rule the message above names"
+        return f"{{apiGroups: [{m['group']}], resources: [{m['resource']}], verbs: [{m['verb']}]}}"
+    if exc.status != 422:
+        return None
+    m = _SYNTHETIC.search(message)
+    if not m:
+        # Another wording of the same check (no other status.devices rule is a Forbidden one).
+        if _DEVICES_FORBIDDEN.search(message):
+            return (
+                f"{{apiGroups: [resource.k8s.io], resources: [resourceclaims/driver], resourceNames: [{driver}], "
+                "verbs: [associated-node:patch]} (arbitrary-node:patch for a claim not pinned to this node)"
+            )
+        return None
+    verbs = m["verbs"].split()
+    named = f", resourceNames: [{driver}]" if m["resource"].endswith("/driver") else ""
+    rule = (
+        f"{{apiGroups: [resource.k8s.io], resources: [{m['resource']}]{named}, verbs: [{verbs[0] if verbs else '?'}]}}"
+    )
+    if m["resource"].endswith("/driver") and not any(v.startswith("associated-node:") for v in verbs):
+        rule += (
+            " (only arbitrary-node would do: the claim's allocation does not pin it to exactly this node, "
+            "or the service account token does not name this node; the shipped ClusterRole grants "
+            "associated-node only)"
+        )
+    return rule
 
 
 class ApiStatusSink:
@@ -41,7 +78,10 @@ class ApiStatusSink:
                 raise SinkError(
                     f"{where} was re-created (another UID): not giving it this status", retryable=False
                 ) from None
-            if exc.status == 403 or (exc.status == 422 and "Forbidden" in str(exc)):
-                raise SinkError(f"{where}: {exc}; {FORBIDDEN_HINT}", forbidden=True) from None
+            rule = missing_rule(exc, driver)
+            if rule is not None:
+                raise SinkError(
+                    f"{where}: {exc}; missing RBAC rule: {rule}; retrying until it is granted", forbidden=True
+                ) from None
             # 422: the server refuses the entries; sending them again would not change that.
             raise SinkError(f"{where}: {exc}", retryable=exc.retryable) from None

@@ -8,16 +8,14 @@ service account (serviceaccount.yaml): apiGroups, resources with their subresour
 resourceNames (a rule with resourceNames never grants a request without a name: list, watch,
 create).  Everything else is refused with 403.
 
-Status writes are authorized as Kubernetes 1.36+ does with DRAResourceClaimGranularStatusAuthorization
-(beta, on by default), the stricter of the two choices: ``patch`` (or ``update``) on
-``resourceclaims/status`` *and* the synthetic check of ``associated-node:<verb>`` on
-``resourceclaims/driver`` named after the driver, falling back to ``arbitrary-node:<verb>``
-(``pkg/apis/resource/...AuthorizedForDeviceStatus``); the associated-node verb counts only when the
-claim is allocated to the node of the caller's pod-bound token, which is the DaemonSet's case
-(the fake's token stands for a pod on NODE).  Two simplifications, both stricter than the real
-server: the synthetic check runs on every status write (the real one only when status.devices
-changes), and it is answered with 403 (the real one with a 422 naming the missing permission).
-On a cluster before 1.36 only the first check exists, which the ClusterRole grants as well.
+Status writes are authorized as a Kubernetes 1.36+ server does with
+DRAResourceClaimGranularStatusAuthorization (beta, on by default): the fake's status strategy
+(``tests/fakes/apiserver/claim_status.py``, from upstream's ``AuthorizedForDeviceStatus``) asks
+this authorizer about ``associated-node:patch`` on ``resourceclaims/driver`` named after the
+driver (the fake's token is a pod-bound one on NODE: ``node_name=NODE``), then
+``arbitrary-node:patch``, when the write changes the driver's ``status.devices`` entries, and
+refuses with 422 ``Forbidden``.  ``test_the_service_needs_exactly_the_clusterrole`` runs with the
+gate on and off (a 1.34/1.35 server, where only the front-door ``patch`` is checked).
 
 The flow: slices published (one replaced, one stale deleted), wiped and re-created; claims
 prepared through the fake kubelet (one missing, which forces a GET); an attachment ADDed and
@@ -27,6 +25,7 @@ after ADD.  Then no request was refused, and every permission the ClusterRole gr
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -49,25 +48,11 @@ from tests.unit.test_packaging import DEPLOY, Permission, clusterrole_permission
 
 pytestmark = pytest.mark.integration
 
-GRANULAR_PREFIXES = ("associated-node:", "arbitrary-node:")
-
-
-def node_name_from_allocation(claim: dict | None) -> str:
-    """The one node a claim's allocation pins it to (``nodeNameFromAllocation`` upstream), else ""."""
-    selector = (((claim or {}).get("status") or {}).get("allocation") or {}).get("nodeSelector") or {}
-    terms = selector.get("nodeSelectorTerms") or []
-    if len(terms) != 1 or terms[0].get("matchExpressions") or len(terms[0].get("matchFields") or []) != 1:
-        return ""
-    field = terms[0]["matchFields"][0]
-    if field.get("key") != "metadata.name" or field.get("operator") != "In" or len(field.get("values") or []) != 1:
-        return ""
-    return field["values"][0]
-
 
 class ClusterRoleAuthorizer:
-    """RBAC from packaging/deploy, plus the 1.36+ synthetic driver check of status writes."""
+    """RBAC from packaging/deploy (``extra_rules``: what an operator grants on top)."""
 
-    def __init__(self, api: FakeApiServer, token_node: str) -> None:
+    def __init__(self, extra_rules: set[Permission] | None = None) -> None:
         role = load_one(DEPLOY / "clusterrole.yaml")
         binding = load_one(DEPLOY / "clusterrolebinding.yaml")
         assert binding["roleRef"]["name"] == role["metadata"]["name"]
@@ -76,9 +61,8 @@ class ClusterRoleAuthorizer:
             for s in binding["subjects"]
             if s["kind"] == "ServiceAccount"
         }
-        self.granted = clusterrole_permissions(role)
-        self.api = api
-        self.token_node = token_node
+        self.shipped = clusterrole_permissions(role)
+        self.granted = self.shipped | (extra_rules or set())
         self.lock = threading.Lock()
         self.allowed: set[Permission] = set()  # the grants that allowed a request
         self.refused: list[str] = []
@@ -108,20 +92,7 @@ class ClusterRoleAuthorizer:
         return grant is not None
 
     def __call__(self, attrs: RequestAttributes) -> bool:
-        assert not attrs.verb.startswith(GRANULAR_PREFIXES), "synthetic verbs are never request verbs"
-        if not self.check(attrs, attrs.verb, attrs.subresource, attrs.name):
-            return False
-        if (attrs.resource, attrs.subresource) == ("resourceclaims", "status") and attrs.verb in ("update", "patch"):
-            claim = self.api.get_claim(attrs.namespace, attrs.name)
-            associated = node_name_from_allocation(claim) == self.token_node != ""
-            verbs = [f"associated-node:{attrs.verb}"] if associated else []
-            verbs.append(f"arbitrary-node:{attrs.verb}")
-            # OR'd like upstream's checkDriverAuthorization; record only the refusal of both.
-            for verb in verbs:
-                if self.rbac(attrs.user, attrs.group, "resourceclaims", "driver", verb, DRIVER):
-                    return self.check(attrs, verb, "driver", DRIVER)
-            return self.check(attrs, verbs[0], "driver", DRIVER)
-        return True
+        return self.check(attrs, attrs.verb, attrs.subresource, attrs.name)
 
 
 @pytest.fixture
@@ -130,9 +101,21 @@ def service_account_user() -> str:
     return f"system:serviceaccount:{sa['namespace']}:{sa['name']}"
 
 
+GRANULAR = "DRAResourceClaimGranularStatusAuthorization"
+#: The server versions the tests run against: 1.36 (granular status authorization on) and a
+#: 1.34/1.35 server (no such gate: modelled as the gate off).
+SERVERS = pytest.mark.parametrize("api", [None, {GRANULAR: False}], ids=["1.36", "1.35"], indirect=True)
+
+
 @pytest.fixture
-def api(tmp_path, service_account_user):
-    server = FakeApiServer(tmp_path / "apiserver", user=service_account_user, ipamclaims=True).start()
+def api(request, tmp_path, service_account_user):
+    server = FakeApiServer(
+        tmp_path / "apiserver",
+        user=service_account_user,
+        ipamclaims=True,
+        node_name=NODE,
+        feature_gates=getattr(request, "param", None),
+    ).start()
     server.add_node(NODE)
     try:
         yield server
@@ -155,6 +138,7 @@ def our_slice(name: str, devices: list[dict] | None = None) -> dict:
     }
 
 
+@SERVERS
 def test_the_service_needs_exactly_the_clusterrole(lab, api):
     # Left by a previous run of the service: one slice to replace (PUT), one to delete.
     current = slice_name(NODE, DRIVER, 0)
@@ -163,7 +147,7 @@ def test_the_service_needs_exactly_the_clusterrole(lab, api):
     api.create_slice(our_slice(stale))
     api.create_ipamclaim("default", "vm-a.net1", network="vm-net", interface="net1")
 
-    authorizer = ClusterRoleAuthorizer(api, token_node=NODE)
+    authorizer = ClusterRoleAuthorizer()
     api.authorizer = authorizer
     lab.write_conflist()
     service = ServiceProcess(lab, api)
@@ -210,18 +194,20 @@ def test_the_service_needs_exactly_the_clusterrole(lab, api):
             kubelet.close()
         service.close()
 
-    refused_requests = [f"{r.method} {r.path}" for r in api.requests if r.status == 403]
+    refused_requests = [f"{r.method} {r.path}" for r in api.requests if r.status in (403, 422)]
     assert not authorizer.refused and not refused_requests, (
         f"refused: {authorizer.refused} {refused_requests}\n{service.log()[-4000:]}"
     )
     unused = authorizer.granted - authorizer.allowed
+    if not api.feature_gates[GRANULAR]:  # a server before 1.36 never asks about the driver
+        unused = {p for p in unused if p.subresource != "driver"}
     assert not unused, f"granted but never used: {sorted(map(str, unused))}"
     assert "is forbidden" not in service.log()
 
 
 def test_the_authorizer_refuses_what_rbac_would(api, service_account_user):
-    """The emulation itself: subjects, resourceNames, subresources and the node association."""
-    authorizer = ClusterRoleAuthorizer(api, token_node=NODE)
+    """The emulation itself: subjects, resourceNames and subresources."""
+    authorizer = ClusterRoleAuthorizer()
 
     def attrs(
         verb, resource, subresource="", name="", namespace="", group="resource.k8s.io", user=service_account_user
@@ -238,37 +224,140 @@ def test_the_authorizer_refuses_what_rbac_would(api, service_account_user):
     assert not authorizer(attrs("get", "resourceslices", name="s"))  # not granted: the list has them
     assert not authorizer(attrs("get", "nodes", name=NODE))  # wrong group
     assert authorizer(attrs("get", "nodes", name=NODE, group=""))
-    # The driver subresource is never a request of its own, and its rule is bound to a name.
-    assert authorizer.rbac(
-        service_account_user, "resource.k8s.io", "resourceclaims", "driver", "associated-node:patch", DRIVER
-    )
-    assert not authorizer.rbac(
-        service_account_user,
-        "resource.k8s.io",
-        "resourceclaims",
-        "driver",
-        "associated-node:patch",
-        "other.example.com",
-    )
-    assert not authorizer.rbac(
-        service_account_user, "resource.k8s.io", "resourceclaims", "driver", "associated-node:patch", ""
-    )
+    # The driver subresource's rule is bound to the driver's name, and grants only associated-node.
+    assert authorizer(attrs("associated-node:patch", "resourceclaims", "driver", DRIVER, "default"))
+    assert not authorizer(attrs("associated-node:patch", "resourceclaims", "driver", "other.example.com", "ns"))
+    assert not authorizer(attrs("associated-node:patch", "resourceclaims", "driver"))
+    assert not authorizer(attrs("arbitrary-node:patch", "resourceclaims", "driver", DRIVER, "default"))
+    assert not authorizer(attrs("patch", "resourceclaims", "binding"))  # dracni never binds
 
+
+def _apply_our_entry(api: FakeApiServer, name: str) -> None:
+    """Server-side apply of one Ready entry for eth1, as the service's status sink sends it."""
+    from kubernetes import client, config
+
+    from tests.fakes.apiserver import APPLY_PATCH
+
+    api_client = config.new_client_from_config(config_file=api.kubeconfig_path)
+    try:
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "default"},
+            "status": {"devices": [{"driver": DRIVER, "pool": NODE, "device": "eth1"}]},
+        }
+        client.ResourceV1Api(api_client).patch_namespaced_resource_claim_status(
+            name, "default", body, field_manager=DRIVER, force=True, _content_type=APPLY_PATCH
+        )
+    finally:
+        api_client.close()
+
+
+NOT_ONE_NODE = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}]}
+
+
+def _allocated_elsewhere(api: FakeApiServer, name: str, selector: dict) -> dict:
+    params = {
+        "apiVersion": "dracni.io/v1alpha1",
+        "kind": "NetworkAttachment",
+        "config": {"cniVersion": "1.0.0", "name": "mv", "plugins": [{"type": "macvlan", "master": "eth1"}]},
+    }
+    claim = create_allocated_claim(api, name, new_pod_uid(), params)
+    allocation = claim["status"]["allocation"] | {"nodeSelector": selector}
+    api.set_claim_allocation("default", name, None)
+    api.set_claim_allocation("default", name, allocation, claim["status"]["reservedFor"])
+    return api.get_claim("default", name)
+
+
+def test_the_shipped_clusterrole_writes_status_of_this_nodes_claims_only(api):
+    """1.36: associated-node:patch covers a claim allocated to the token's node; a claim on another
+    node, or one not bound to a single node, needs arbitrary-node:patch: 422 Forbidden."""
+    from kubernetes.client.exceptions import ApiException
+
+    authorizer = ClusterRoleAuthorizer()
+    api.authorizer = authorizer
     params = {
         "apiVersion": "dracni.io/v1alpha1",
         "kind": "NetworkAttachment",
         "config": {"cniVersion": "1.0.0", "name": "mv", "plugins": [{"type": "macvlan", "master": "eth1"}]},
     }
     create_allocated_claim(api, "here", new_pod_uid(), params)
-    assert authorizer(attrs("patch", "resourceclaims", "status", "here", "default"))
-    # A claim allocated to another node: only arbitrary-node:patch would do, and it is not granted.
-    elsewhere = api.get_claim("default", "here")["status"]["allocation"]
-    elsewhere["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] = ["node-b"]
-    create_allocated_claim(api, "there", new_pod_uid(), params)
-    api.set_claim_allocation(
-        "default", "there", elsewhere, [{"resource": "pods", "name": "demo", "uid": new_pod_uid()}]
-    )
-    assert not authorizer(attrs("patch", "resourceclaims", "status", "there", "default"))
-    assert authorizer.refused[-1].endswith(
-        " arbitrary-node:patch resource.k8s.io/resourceclaims/driver ns='default' name='dracni.io'"
-    ), authorizer.refused
+    _apply_our_entry(api, "here")
+    assert api.get_claim("default", "here")["status"]["devices"][0]["device"] == "eth1"
+
+    other_node = {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-b"]}]}]
+    }
+    for name, selector in (("there", other_node), ("anywhere", NOT_ONE_NODE)):
+        _allocated_elsewhere(api, name, selector)
+        with pytest.raises(ApiException) as info:
+            _apply_our_entry(api, name)
+        assert info.value.status == 422, info.value.body
+        message = json.loads(info.value.body)["message"]
+        assert (
+            'status.devices: Forbidden: changing status.devices requires resource="resourceclaims/driver", '
+            'verb="[arbitrary-node:patch]" permission: ' in message
+        ), message
+        assert "status" not in api.get_claim("default", name) or not api.get_claim("default", name)["status"].get(
+            "devices"
+        )
+
+
+def test_a_claim_not_bound_to_one_node_is_refused_retried_reported_and_published_once_granted(lab, api):
+    """1.36 with the shipped ClusterRole: a claim whose allocation does not pin it to this one node
+    needs arbitrary-node:patch.  The service's status write is refused (422 Forbidden), retried
+    with backoff, counted (kind=forbidden) and logged once with the missing rule; the status is
+    not lost: it is published as soon as the operator grants the rule."""
+    authorizer = ClusterRoleAuthorizer()
+    api.authorizer = authorizer
+    lab.write_conflist()
+    service = ServiceProcess(lab, api)
+    kubelet = None
+    pod = None
+    try:
+        service.start()
+        kubelet = FakeKubelet(str(service.registry_dir), driver=DRIVER)
+        kubelet.wait_for_plugin(timeout=10)
+        pod_uid = new_pod_uid()
+        claim = create_allocated_claim(api, "spread", pod_uid, macvlan_params(lab))
+        allocation = claim["status"]["allocation"] | {"nodeSelector": NOT_ONE_NODE}
+        api.set_claim_allocation("default", "spread", None)
+        api.set_claim_allocation("default", "spread", allocation, claim["status"]["reservedFor"])
+        claim = api.get_claim("default", "spread")
+        assert not kubelet.prepare([claim_ref(claim)])[claim["metadata"]["uid"]].error
+
+        pod = lab.pod()
+        lab.cnitool("add", pod, pod_uid=pod_uid)
+
+        def refusals() -> list:
+            return [r for r in api.requests_to("PATCH", "/resourceclaims/spread/status") if r.status == 422]
+
+        wait_for(lambda: len(refusals()) >= 3, 15.0, "three refused status writes (retries)")
+        assert not our_status(api, claim)
+        forbidden = [
+            line
+            for line in service.metrics().splitlines()
+            if line.startswith("dracni_status_publish_failures_total") and 'kind="forbidden"' in line
+        ]
+        assert forbidden and float(forbidden[0].split()[-1]) >= 3, forbidden
+        refused_lines = [
+            line for line in service.log().splitlines() if "refused by the API server's authorization" in line
+        ]
+        assert len(refused_lines) == 1, refused_lines  # once, not per retry
+        assert f"resourceNames: [{DRIVER}], verbs: [arbitrary-node:patch]" in refused_lines[0]
+
+        # The operator grants it: the pending record goes out on the next retry.
+        authorizer.granted.add(
+            Permission("resource.k8s.io", "resourceclaims", "driver", "arbitrary-node:patch", DRIVER)
+        )
+        published, _ = wait_for(lambda: our_status(api, claim), 15.0, "status.devices once granted")
+        assert published[0]["conditions"][0]["status"] == "True"
+        assert published[0]["networkData"]["ips"]
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{service.log()[-3000:]}") from None
+    finally:
+        if pod is not None:
+            lab.cnitool("del", pod, pod_uid=pod_uid, check=False)
+        if kubelet is not None:
+            kubelet.close()
+        service.close()

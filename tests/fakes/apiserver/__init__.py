@@ -6,12 +6,15 @@ kube-apiserver that dracni uses (``docs/contracts.md`` sections 3-5), with the r
 - ``resource.k8s.io/v1`` ``resourceclaims`` (namespaced): create, get, list (one namespace or
   all), watch, update (``PUT``, resourceVersion precondition), delete, the ``status``
   subresource (``GET``/``PUT``/``PATCH``).  ``PATCH .../status`` with
-  ``application/apply-patch+yaml`` is server-side apply of ``status.devices`` as a list-map keyed
-  by (driver, device, pool, shareID), ownership tracked per entry and per top-level entry field
-  (``conditions``, ``data``, ``networkData``), with conflicts, ``force`` and ``managedFields``;
-  ``application/merge-patch+json`` and ``application/strategic-merge-patch+json`` replace the
-  whole ``devices`` list, as the real server does.  Status writes are validated with
-  ``dracni.kube.validation.validate_status_devices`` against the claim's allocation (422).
+  ``application/apply-patch+yaml`` is server-side apply of ``status.devices`` with
+  structured-merge-diff's semantics (``smd.py``): a list-map keyed by (driver, device, pool,
+  shareID), ``conditions`` a list-map keyed by ``type``, ``networkData`` merged per field with
+  ``ips`` atomic, ``data`` atomic; per-field ownership, conflicts, ``force``, removal of what a
+  manager stops applying, ``managedFields``; ``application/merge-patch+json`` and
+  ``application/strategic-merge-patch+json`` replace the whole ``devices`` list, as the real
+  server does.  Status writes go through the status strategy (``claim_status.py``): fields of
+  disabled gates dropped, the 1.36 granular authorization (422 ``Forbidden``), and
+  ``validateResourceClaimStatusUpdate`` (422), all transcribed from upstream.
 - ``resource.k8s.io/v1`` ``resourceslices`` (cluster-scoped): create, get, list, watch, update,
   patch (merge), delete, deletecollection; field selectors ``spec.nodeName``, ``spec.driver``,
   ``metadata.name``; validation of the spec (422).
@@ -20,10 +23,17 @@ kube-apiserver that dracni uses (``docs/contracts.md`` sections 3-5), with the r
   WG's IPAMClaim for sticky IPs; only with ``FakeApiServer(ipamclaims=True)``): CRUD, watch, and
   the ``status`` subresource (``PUT``, merge patch, simple server-side apply), pruned and validated
   like the upstream CRD (``spec/crds/ipamclaims.k8s.cni.cncf.io.yaml``), ``status.ips`` as CIDRs.
-- Feature gates (``FakeApiServer(feature_gates={...})``, ``set_feature_gate``): for now
-  ``DRAConsumableCapacity`` (on by default, as from 1.36): while it is off, its fields are dropped
-  silently from slices, claim specs and claim status, as the registry strategies'
-  ``dropDisabledFields`` do.
+- Feature gates (``FakeApiServer(feature_gates={...})``, ``set_feature_gate``), defaults of 1.36:
+  ``DRAConsumableCapacity`` (on): while it is off, its fields are dropped silently from slices,
+  claim specs and claim status, as the registry strategies' ``dropDisabledFields`` do;
+  ``DRAResourceClaimDeviceStatus`` (on): while it is off, ``status.devices`` is dropped silently
+  unless the claim has entries already; ``DRAResourceClaimGranularStatusAuthorization`` (on): a
+  status write that changes a driver's ``status.devices`` entries needs
+  ``associated-node:<verb>`` (the caller's token names the allocation's one node:
+  ``FakeApiServer(node_name=...)``/``user_extra``) or ``arbitrary-node:<verb>`` on
+  ``resourceclaims/driver`` named after the driver, and one that changes ``allocation`` or
+  ``reservedFor`` needs the verb on ``resourceclaims/binding``; both are asked of the
+  ``authorizer`` hook and refused with 422 ``Forbidden``, as the status strategy does.
 - ``/version``, ``/api``, ``/api/v1``, ``/apis``, ``/apis/resource.k8s.io[/v1]``,
   ``/apis/k8s.cni.cncf.io[/v1alpha1]`` (when installed): discovery.
 
@@ -35,9 +45,8 @@ Bearer-token authentication (401), an optional authorizer hook (403), injected f
 (``fail_next``), a request log (``requests``) and ``stop()``/``start()`` (same port, same data)
 let tests drive a client through outages and assert exactly what it sent.
 
-Only the standard library, PyYAML and, through ``dracni_rules.py`` alone, ``dracni.clock``,
-``dracni.kube.fielderrors`` and ``dracni.kube.validation`` are imported: no kubernetes client code
-runs inside the fake.
+Only the standard library and PyYAML are imported: nothing from ``dracni`` (the double must not
+share the assumptions of the code it tests) and no kubernetes client code runs inside the fake.
 
 The package, one job a module:
 
@@ -49,7 +58,7 @@ The package, one job a module:
 - Store and watch: ``store.py`` (objects, resourceVersion, history), ``watch.py`` (streams, 410
   Expired), ``crud.py`` (the generic verbs), ``objects.py`` (JSON helpers, body checks).
 - Server-side apply: ``managed_fields.py`` (ownership, ``managedFields``), ``apply.py`` (apply
-  bodies, conflicts, ``force``).
+  bodies, conflicts, ``force``), ``smd.py`` (field sets, merge, prune).
 - Resources: ``resources.py`` (the table), ``claims.py``, ``slices.py``, ``core.py`` (nodes and
   namespaces), ``ipamclaims.py`` with ``ipamclaim_schema.py``; ``names.py`` (name rules),
   ``quantity.py`` (``resource.Quantity``).
@@ -57,7 +66,9 @@ The package, one job a module:
   ``device_taints.py`` (KEP-5055: slice taints defaulted, validated, dropped while the gate is
   off), ``consumable_capacity.py`` (KEP-5075: what is
   dropped while the gate is off, request policy and shareID validation).
-- ``dracni_rules.py``: the only imports from dracni.
+- Upstream's shared rules, transcribed: ``field.py`` (apimachinery ``field.Error`` wording),
+  ``clock.py`` (``metav1.Time``), ``claim_status.py`` (the claim status strategy: gates,
+  authorization, validation), ``smd.py`` (structured-merge-diff for ``status.devices``).
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@ conflicts with other managers (409 unless ``force``, which takes the fields over
 manager applied before and omits now (released; removed when nobody owns them any more).
 
 Two granularities, as the two served schemas have: ``status.devices`` of a ResourceClaim, a
-list-map keyed by (driver, device, pool, shareID) owned per entry and per top-level entry field
-(``apply_devices``); an IPAMClaim's top-level status fields (``apply_fields``).
+list-map keyed by (driver, device, pool, shareID) with ``conditions`` a list-map keyed by
+``type`` and ``networkData`` a struct with ``ips`` atomic (``apply_devices``, smd.py); an
+IPAMClaim's top-level status fields (``apply_fields``).
 """
 
 from __future__ import annotations
@@ -12,16 +13,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from . import smd
 from .errors import ApiStatusError, bad_request
-from .managed_fields import (
-    DEVICE_KEY_FIELDS,
-    Bookkeeping,
-    DeviceKey,
-    ManagerId,
-    device_path,
-    entry_fields,
-    print_manager,
-)
+from .managed_fields import Bookkeeping, ManagerId, devices_object, print_manager
 from .objects import check_url_names, json_equal
 from .resources import Obj, Resource
 
@@ -79,62 +73,20 @@ def conflict_error(
 
 
 def apply_devices(
-    book: Bookkeeping,
-    entries: dict[DeviceKey, Obj],
-    applied: dict[DeviceKey, Obj],
-    mid: ManagerId,
-    force: bool,
-    api_version: str,
-) -> None:
-    """Apply ``applied`` entries by ``mid`` to the stored ``entries`` and ``book`` (both changed in
-    place): ownership per entry (``.``) and per top-level entry field."""
-    conflicts: list[tuple[ManagerId, str]] = []
-    for key, entry in applied.items():
-        existing = entries.get(key)
-        if existing is None:
-            continue
-        for fname in entry_fields(entry):
-            if fname in existing and not json_equal(existing[fname], entry[fname]):
-                for other in sorted(book.devices.get(key, {}).get(fname, set()) - {mid}):
-                    conflicts.append((other, device_path(key, fname)))
-    if conflicts and not force:
-        raise conflict_error(conflicts, book, api_version, by_manager=True)
-
-    wanted = {(key, fname) for key, entry in applied.items() for fname in entry_fields(entry)}
-    wanted |= {(key, ".") for key in applied}
-    # 1. what the manager applied before and omits now: it gives those fields up; fields
-    #    nobody owns any more are removed, and entries nobody owns any more go away.
-    for key, fmap in list(book.devices.items()):
-        for fname, owners in list(fmap.items()):
-            if mid in owners and (key, fname) not in wanted:
-                owners.discard(mid)
-                if not owners:
-                    del fmap[fname]
-                    if fname != "." and key in entries:
-                        entries[key].pop(fname, None)
-        if not fmap.get("."):
-            if key in entries and key not in applied and not any(fmap.values()):
-                del entries[key]
-            if not any(fmap.values()):
-                del book.devices[key]
-    # 2. what it applies now: set, owned (forced fields change hands).
-    for key, entry in applied.items():
-        target = entries.get(key)
-        if target is None:
-            target = {}
-            entries[key] = target
-        fmap = book.devices.setdefault(key, {})
-        for kname in DEVICE_KEY_FIELDS:
-            if kname in entry:
-                target[kname] = entry[kname]
-        for fname in entry_fields(entry):
-            changed = fname not in target or not json_equal(target[fname], entry[fname])
-            target[fname] = copy.deepcopy(entry[fname])
-            owners = fmap.setdefault(fname, set())
-            if changed:
-                owners.clear()
-            owners.add(mid)
-        fmap.setdefault(".", set()).add(mid)
+    book: Bookkeeping, live: list[Obj], applied: list[Obj], mid: ManagerId, force: bool, api_version: str
+) -> list[Obj]:
+    """Server-side apply of ``applied`` entries by ``mid`` over the stored ``live`` ones
+    (``smd.apply``: list-maps by key down to each condition, ``networkData`` per field); the new
+    list (``book`` changed in place; 409 on conflicts unless ``force``)."""
+    paths = copy.deepcopy(book.device_paths)
+    try:
+        merged = smd.apply(devices_object(live), devices_object(applied), smd.CLAIM_STATUS, paths, mid, force)
+    except smd.Conflicts as err:
+        raise conflict_error(
+            [(other, smd.path_text(path)) for other, path in err.items], book, api_version, by_manager=True
+        ) from None
+    book.device_paths = paths
+    return list(((merged.get("status") or {}).get("devices")) or [])
 
 
 def apply_fields(book: Bookkeeping, status: Obj, applied: Obj, mid: ManagerId, force: bool, api_version: str) -> None:

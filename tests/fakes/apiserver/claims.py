@@ -9,25 +9,24 @@ scheduler's write), ``delete_claim``."""
 
 from __future__ import annotations
 
-import collections
 import copy
 from typing import Any
 
+from . import field as fe
+from . import smd
 from .apply import apply_devices, check_applied_object
+from .claim_status import (
+    authorization_errors,
+    drop_deallocated_status_devices,
+    drop_disabled_device_status,
+    validate_status_update,
+)
+from .clock import format_rfc3339, parse_rfc3339
 from .consumable_capacity import allocation_errors, drop_claim_spec_fields, drop_claim_status_fields
 from .core import ensure_namespace
-from .dracni_rules import fe, format_rfc3339, parse_rfc3339, validate_status_devices
 from .errors import ApiStatusError, already_exists, bad_request, invalid
 from .features import FeatureGates
-from .managed_fields import (
-    Bookkeeping,
-    DeviceKey,
-    ManagerId,
-    device_key,
-    key_text,
-    record_update_ownership,
-    same_ownership,
-)
+from .managed_fields import Bookkeeping, ManagerId, record_update_ownership, same_ownership
 from .objects import check_url_names, json_equal, merge_patch, require_object
 from .resources import RESOURCE_API_VERSION, RESOURCES, Kind, Obj, StatusOps
 from .store import Store, check_preconditions
@@ -78,32 +77,10 @@ def normalize_status(status: Obj) -> Obj:
 
 
 # -- validation -------------------------------------------------------------------------------
-def _allocated_results(status: Obj) -> list[Obj]:
-    allocation = status.get("allocation")
-    if not isinstance(allocation, dict):
-        return []
-    results = (allocation.get("devices") or {}).get("results") or []
-    return [r for r in results if isinstance(r, dict)]
-
-
-def validate_claim_status(status: Obj, old: Obj) -> list[str]:
-    """``validateResourceClaimStatusUpdate``, the parts a driver can hit."""
-    errs: list[str] = []
-    devices = status.get("devices")
-    if devices is not None:
-        errs.extend(validate_status_devices(devices, _allocated_results(status)))
-    reserved = status.get("reservedFor") or []
-    if isinstance(reserved, list):
-        if len(reserved) > 256:
-            errs.append(fe.too_many("status.reservedFor", len(reserved), 256))
-        if reserved and not status.get("allocation"):
-            errs.append(fe.forbidden("status.reservedFor", "may not be specified when `allocated` is not set"))
-    if old.get("allocation") and status.get("allocation"):
-        if not json_equal(old["allocation"], status["allocation"]):
-            errs.append(fe.invalid("status.allocation", "<value omitted>", "field is immutable"))
-    elif status.get("allocation"):
-        errs.extend(allocation_errors(status))  # validateAllocationResult: only a new allocation
-    return errs
+def validate_claim_status(status: Obj, old: Obj, deleted: bool = False) -> list[str]:
+    """``validateResourceClaimStatusUpdate`` (claim_status.py) with the consumable-capacity rules of
+    ``validateAllocationResult`` for a new allocation."""
+    return validate_status_update(status, old, deleted, allocation_errors)
 
 
 # -- the main resource ------------------------------------------------------------------------
@@ -125,11 +102,23 @@ def _prepare_update(new: Obj, current: Obj) -> tuple[Obj, list[str]]:
 
 # -- the status subresource -------------------------------------------------------------------
 def _commit_status(store: Store, namespace: str, name: str, current: Obj, status: Obj, book: Bookkeeping) -> Obj:
-    """The status strategy's ``PrepareForUpdate`` (``dropDisabledStatusFields``), then validate the
-    claim's new status and store it (unless nothing changed)."""
+    """The status strategy's ``PrepareForUpdate`` (``dropDeallocatedStatusDevices``,
+    ``dropDisabledFields``), then its ``ValidateUpdate`` (the 1.36 granular authorization and
+    ``validateResourceClaimStatusUpdate``: 422) and store the new status (unless nothing changed)."""
+    old_status = current.get("status") or {}
+    drop_deallocated_status_devices(status, old_status, store.gates)
+    drop_disabled_device_status(status, old_status, store.gates)
     drop_claim_status_fields(status, current, store.gates)
     status = normalize_status(status)
-    errs = validate_claim_status(status, current.get("status") or {})
+    context = store.request_context()
+    errs = authorization_errors(
+        context.caller if context else None,
+        context.authorize if context else None,
+        status,
+        old_status,
+        store.gates,
+    )
+    errs += validate_claim_status(status, old_status, bool((current.get("metadata") or {}).get("deletionTimestamp")))
     if errs:
         raise invalid(CLAIMS, name, errs)
     return store.commit_status(CLAIMS, namespace, name, current, status, book)
@@ -185,15 +174,17 @@ def _typed_patch_error(detail: str) -> ApiStatusError:
     return bad_request(f"failed to create typed patch object ({RESOURCE_API_VERSION}, Kind={CLAIMS.kind}): {detail}")
 
 
-def _applied_devices(body: Obj) -> dict[DeviceKey, Obj]:
-    """The ``status.devices`` entries of an apply body by key (normalized; 400 when malformed)."""
+def _applied_devices(body: Obj) -> list[Obj]:
+    """The ``status.devices`` entries of an apply body (normalized; 400 when the typed patch
+    cannot be built: a wrong type, a missing key field, a duplicate key, an undeclared field)."""
     status = body.get("status") or {}
     if not isinstance(status, dict):
         raise bad_request(".status: expected map, got " + type(status).__name__)
     applied = status.get("devices") or []
     if not isinstance(applied, list):
         raise bad_request(".status.devices: expected list, got " + type(applied).__name__)
-    applied_map: dict[DeviceKey, Obj] = {}
+    entries: list[Obj] = []
+    seen: set[str] = set()
     for index, entry in enumerate(applied):
         if not isinstance(entry, dict):
             raise _typed_patch_error(f".status.devices[{index}]: expected map, got {type(entry).__name__}")
@@ -204,16 +195,32 @@ def _applied_devices(body: Obj) -> dict[DeviceKey, Obj]:
                     f".status.devices: element {index}: associative list with keys has an element that omits "
                     f'key field "{required}" (and doesn\'t have default value)'
                 )
-        key = device_key(entry)
-        if key in applied_map:
-            raise _typed_patch_error(f".status.devices: duplicate entries for key [{key_text(key)}]")
-        applied_map[key] = entry
-    return applied_map
+        key = smd.key_element(entry, smd.DEVICE_KEYS)
+        where = ".status.devices" + smd.path_text((key,))
+        if key in seen:
+            raise _typed_patch_error(f".status.devices: duplicate entries for key {smd.path_text((key,))}")
+        seen.add(key)
+        for name in entry:
+            if name not in smd.DEVICE_STATUS.fields:
+                raise _typed_patch_error(f"{where}.{name}: field not declared in schema")
+        conditions = entry.get("conditions")
+        for condition in conditions if isinstance(conditions, list) else []:
+            if isinstance(condition, dict):
+                for name in condition:
+                    if name not in smd.CONDITION.fields:
+                        ckey = smd.path_text((smd.key_element(condition, ("type",)),))
+                        raise _typed_patch_error(f"{where}.conditions{ckey}.{name}: field not declared in schema")
+        network = entry.get("networkData")
+        for name in network if isinstance(network, dict) else {}:
+            if name not in smd.NETWORK_DATA.fields:
+                raise _typed_patch_error(f"{where}.networkData.{name}: field not declared in schema")
+        entries.append(entry)
+    return entries
 
 
 def apply_status(store: Store, namespace: str, name: str, body: Any, manager: str, force: bool) -> Obj:
-    """Server-side apply of ``status.devices`` by ``manager`` (a list-map keyed by driver,
-    device, pool, shareID; ownership per entry and per top-level entry field)."""
+    """Server-side apply of ``status.devices`` by ``manager`` (smd.py: a list-map keyed by driver,
+    device, pool, shareID; inside an entry ``conditions`` by type, ``networkData`` per field)."""
     meta = check_applied_object(CLAIMS, RESOURCE_API_VERSION, body, name)
     applied = _applied_devices(body)
     mid: ManagerId = (manager, "Apply", "status")
@@ -223,17 +230,13 @@ def apply_status(store: Store, namespace: str, name: str, body: Any, manager: st
         old_book = store.books.get(("resourceclaims", namespace, name))
         book = copy.deepcopy(old_book or Bookkeeping())
         cur_status = copy.deepcopy(current.get("status") or {})
-        entries: dict[DeviceKey, Obj] = collections.OrderedDict()
-        for entry in cur_status.get("devices") or []:
-            entries.setdefault(device_key(entry), entry)
-        apply_devices(book, entries, applied, mid, force, CLAIMS.api_version)
-        devices = list(entries.values())
+        devices = apply_devices(book, cur_status.get("devices") or [], applied, mid, force, CLAIMS.api_version)
         if devices:
             cur_status["devices"] = devices
         else:
             cur_status.pop("devices", None)
         book.touch(mid)
-        if not book.owned_devices(mid) and not book.managers[mid]["fields"]:
+        if not book.device_paths.get(mid) and not book.managers[mid]["fields"]:
             book.managers.pop(mid, None)
         if json_equal(cur_status, current.get("status") or {}) and same_ownership(old_book, book, CLAIMS.api_version):
             return copy.deepcopy(current)  # a no-op apply: not even validated
@@ -264,6 +267,7 @@ class ClaimHelpers:
         gates = self._store.gates
         _drop_disabled_spec(obj, None, gates)
         if isinstance(obj.get("status"), dict):
+            drop_disabled_device_status(obj["status"], None, gates)
             drop_claim_status_fields(obj["status"], {k: v for k, v in obj.items() if k != "status"}, gates)
         meta = obj.setdefault("metadata", {})
         namespace = meta.get("namespace") or "default"

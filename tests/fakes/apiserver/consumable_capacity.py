@@ -29,7 +29,7 @@ Validation (k8s ``pkg/apis/resource/validation/validation.go``): a device's capa
 ``validateRequestPolicyRange``, ``validateRequestPolicyRangeStep``); a new allocation's
 ``shareID`` must be a UUID in normalized form (``validateDeviceRequestAllocationResult``,
 ``validateUID``).  ``status.devices[].shareID`` is checked by the shared ``validateDeviceStatus``
-rules (``dracni_rules.validate_status_devices``).
+rules (``claim_status.validate_device_status``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import json
 import re
 from typing import Any
 
-from .dracni_rules import fe
+from . import field as fe
 from .errors import ApiStatusError, bad_request
 from .features import DRA_CONSUMABLE_CAPACITY, FeatureGates
 from .quantity import Quantity, QuantityError, canonical, decode

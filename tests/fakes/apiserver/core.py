@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .dracni_rules import now_rfc3339
+from .clock import now_rfc3339
 from .resources import RESOURCES, Kind, Obj
 from .store import Store
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .dracni_rules import fe, now_rfc3339
+from . import field as fe
+from .clock import now_rfc3339
 from .errors import bad_request, conflict, invalid, namespace_not_found
 from .managed_fields import ManagerId
 from .names import dns_subdomain_errors

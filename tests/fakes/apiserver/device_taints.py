@@ -28,7 +28,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from .dracni_rules import fe
+from . import field as fe
 from .features import DRA_DEVICE_TAINTS, FeatureGates
 from .names import _DNS_SUBDOMAIN, _SUBDOMAIN_MSG
 from .resources import Obj

@@ -16,8 +16,18 @@ DRA_CONSUMABLE_CAPACITY = "DRAConsumableCapacity"
 
 #: KEP-5055 device taints: alpha (off) from 1.33, beta (on) from 1.36, GA in 1.37.
 DRA_DEVICE_TAINTS = "DRADeviceTaints"
+#: KEP-4817 ``status.devices``: beta (on) 1.33-1.36, GA (locked on) 1.37.
+DRA_RESOURCE_CLAIM_DEVICE_STATUS = "DRAResourceClaimDeviceStatus"
+#: Granular status authorization (``resourceclaims/binding``, ``resourceclaims/driver``):
+#: beta (on) from 1.36; off stands for a 1.34/1.35 server.
+DRA_GRANULAR_STATUS_AUTHZ = "DRAResourceClaimGranularStatusAuthorization"
 
-DEFAULTS: dict[str, bool] = {DRA_CONSUMABLE_CAPACITY: True, DRA_DEVICE_TAINTS: True}
+DEFAULTS: dict[str, bool] = {
+    DRA_CONSUMABLE_CAPACITY: True,
+    DRA_DEVICE_TAINTS: True,
+    DRA_RESOURCE_CLAIM_DEVICE_STATUS: True,
+    DRA_GRANULAR_STATUS_AUTHZ: True,
+}
 
 
 class FeatureGates:

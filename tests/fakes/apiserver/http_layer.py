@@ -12,16 +12,18 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
+from .claim_status import Caller
 from .errors import REASONS, ApiStatusError, BodyError, details
-from .resources import Resource
+from .resources import RESOURCES, Resource
 from .routes import route
+from .store import RequestContext
 
 if TYPE_CHECKING:
     from .server import FakeApiServer
@@ -41,6 +43,8 @@ class RecordedRequest:
     body: Any = None
     status: int | None = None  # the HTTP status answered (200 for a watch stream)
     user_agent: str | None = None
+    #: ``Warning`` headers answered (``299 - "<text>"``): unknown fields under ``fieldValidation=Warn``.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def watch(self) -> bool:
@@ -123,9 +127,12 @@ class Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
 
     # -- writing -------------------------------------------------------------------------------
-    def send_json(self, code: int, body: Any) -> None:
+    def send_json(self, code: int, body: Any, warnings: list[str] | None = None) -> None:
         data = json.dumps(body, separators=(",", ":")).encode()
         self.send_response(code)
+        for text in warnings or ():
+            # apiserver pkg/warning: one header per warning, the text quoted as RFC 7234 wants.
+            self.send_header("Warning", "299 - " + json.dumps(text))
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-cache, private")
@@ -179,12 +186,23 @@ def decode_body(raw: bytes, content_type: str | None) -> Any:
     raise BodyError(f"couldn't get version/kind; json parse error: invalid JSON: {text[:80]!r}")
 
 
+def forbidden_message(attrs: RequestAttributes, res: Resource) -> str:
+    """apiserver ``responsewriters.forbiddenMessage``."""
+    what = f"{attrs.resource}/{attrs.subresource}" if attrs.subresource else attrs.resource
+    subject = f'{res.qualified} "{attrs.name}"' if attrs.name else res.qualified
+    where = f'in the namespace "{attrs.namespace}"' if attrs.namespace else "at the cluster scope"
+    group = f'in API group "{res.group}"'
+    return f'{subject} is forbidden: User "{attrs.user}" cannot {attrs.verb} resource "{what}" {group} {where}'
+
+
 class HttpFrontend:
     """``FakeApiServer``'s HTTP side: dispatch, authentication, authorization, injected
     failures and the request log."""
 
     _store: Store
     users: dict[str, str]
+    #: ``user.Info.GetExtra()`` of each user (e.g. the node-name of a pod-bound token).
+    user_extra: dict[str, dict[str, list[str]]]
     authorizer: Callable[[RequestAttributes], bool] | None
     requests: list[RecordedRequest]
     internal_errors: list[str]
@@ -233,7 +251,7 @@ class HttpFrontend:
             code, body = 500, ApiStatusError(500, "InternalError", f"fake API server bug: {exc!r}").status()
         record.status = code
         try:
-            handler.send_json(code, body)
+            handler.send_json(code, body, record.warnings if code < 400 else None)
         except (BrokenPipeError, ConnectionResetError, OSError):
             handler.close_connection = True
 
@@ -263,16 +281,26 @@ class HttpFrontend:
         attrs = RequestAttributes(user, verb, res.plural, subresource, namespace, name, res.group)
         if self.authorizer(attrs):
             return
-        what = f"{res.plural}/{subresource}" if subresource else res.plural
-        subject = f'{res.qualified} "{name}"' if name else res.qualified
-        where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
-        group = f'in API group "{res.group}"'
-        raise ApiStatusError(
-            403,
-            "Forbidden",
-            f'{subject} is forbidden: User "{user}" cannot {verb} resource "{what}" {group} {where}',
-            details(res, name or None),
-        )
+        raise ApiStatusError(403, "Forbidden", forbidden_message(attrs, res), details(res, name or None))
+
+    def _authorize_synthetic(
+        self, caller: Caller, verb: str, subresource: str, namespace: str, name: str
+    ) -> tuple[bool, str]:
+        """The authorizer asked about a ``resourceclaims`` synthetic subresource (utils.go
+        ``checkAuthorization`` with ``syntheticSubresourceAttrs``): allowed, else the message of
+        the 403 ``responsewriters.ForbiddenStatusError`` would answer."""
+        if self.authorizer is None:
+            return True, ""
+        res = RESOURCES["resourceclaims"]
+        attrs = RequestAttributes(caller.user, verb, res.plural, subresource, namespace, name, res.group)
+        if self.authorizer(attrs):
+            return True, ""
+        return False, forbidden_message(attrs, res)
+
+    def _request_context(self, user: str, verb: str, namespace: str) -> RequestContext:
+        """The ``ctx`` a request's handler sees: the caller (with its token's ``extra``)."""
+        caller = Caller(user, verb, namespace, dict(self.user_extra.get(user) or {}))
+        return RequestContext(caller, self._authorize_synthetic if self.authorizer is not None else None)
 
     # -- test helpers ---------------------------------------------------------------------------
     def fail_next(

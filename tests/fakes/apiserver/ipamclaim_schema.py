@@ -10,7 +10,8 @@ import json
 import re
 from typing import Any
 
-from .dracni_rules import fe, parse_rfc3339
+from . import field as fe
+from .clock import parse_rfc3339
 from .resources import Obj
 
 # The structural schema of spec/crds/ipamclaims.k8s.cni.cncf.io.yaml: what is kept when pruning.

@@ -11,10 +11,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from . import field as fe
 from . import ipamclaim_schema as schema
 from .apply import apply_fields, check_applied_object
 from .core import ensure_namespace
-from .dracni_rules import fe
 from .errors import already_exists, bad_request, invalid
 from .managed_fields import Bookkeeping, ManagerId
 from .names import dns_subdomain_errors

@@ -8,17 +8,17 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from .dracni_rules import fe
+from . import field as fe
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LABEL_MSG = (
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
     "start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
     "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
 )
-_SUBDOMAIN_MSG = (
+SUBDOMAIN_MSG = (
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
     "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
     "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
@@ -48,7 +48,7 @@ def dns_label_errors(path: str, value: Any) -> list[str]:
 
 def dns_subdomain_errors(path: str, value: str) -> list[str]:
     """An RFC 1123 subdomain (object, node and pool names)."""
-    return _rfc1123_errors(path, value, 253, _DNS_SUBDOMAIN, _SUBDOMAIN_MSG)
+    return _rfc1123_errors(path, value, 253, DNS_SUBDOMAIN, SUBDOMAIN_MSG)
 
 
 def _bounded_subdomains(path: str, value: Any, limit: int, parts: Callable[[str], list[str]]) -> list[str]:

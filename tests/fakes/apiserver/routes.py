@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import claims, core, crud, ipamclaims, slices
+from . import field as fe
 from .discovery import discovery
 from .errors import bad_request, invalid_options, method_not_allowed, path_not_found, unsupported_media_type
 from .resources import (
@@ -28,6 +29,7 @@ from .resources import (
     Resource,
     StatusOps,
 )
+from .schemas import SCHEMAS, drop_unknown
 from .selectors import Filter
 from .store import Store
 from .watch import serve_watch
@@ -179,6 +181,31 @@ def _patch(req: Request) -> Reply:
     )
 
 
+FIELD_VALIDATION = ("", "Ignore", "Warn", "Strict")
+
+
+def _field_validation(req: Request) -> None:
+    """apiserver handlers' field validation of a JSON body decoded into the Go types (schemas.py):
+    unknown fields are dropped; ``fieldValidation=Warn`` (the default) answers a ``Warning``
+    header per field, ``Strict`` a 400, ``Ignore`` nothing.  Apply bodies are typed by
+    structured-merge-diff instead (claims.py: 400 "field not declared in schema")."""
+    directive = req.query.get("fieldValidation", "")
+    if directive not in FIELD_VALIDATION:
+        kind = {"POST": "CreateOptions", "PUT": "UpdateOptions"}.get(req.record.method, "PatchOptions")
+        supported = ", ".join(f'"{v}"' for v in FIELD_VALIDATION)
+        raise invalid_options(kind, f'fieldValidation: Unsupported value: "{directive}": supported values: {supported}')
+    schema = SCHEMAS.get(req.res.plural)
+    body = req.record.body
+    if schema is None or req.record.content_type == APPLY_PATCH or not isinstance(body, dict):
+        return
+    unknown = drop_unknown(body, schema)
+    if not unknown or directive == "Ignore":
+        return
+    if directive == "Strict":
+        raise bad_request("strict decoding error: " + ", ".join(f'unknown field "{p}"' for p in unknown))
+    req.record.warnings.extend(f'unknown field "{p}"' for p in unknown)
+
+
 # -- the routing table ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Route:
@@ -259,6 +286,12 @@ def route(fake: FakeApiServer, handler: Handler, record: RecordedRequest) -> Rep
     if entry.write and len(req.manager) > 128:
         raise invalid_options(
             "PatchOptions" if method == "PATCH" else "UpdateOptions",
-            "fieldManager: Too long: may not be more than 128 bytes",
+            fe.too_long("fieldManager", 128),  # apimachinery ValidateFieldManager
         )
-    return entry.serve(req)
+    if method in ("POST", "PUT", "PATCH"):
+        _field_validation(req)
+    req.store.local.context = fake._request_context(record.user or "", entry.verb, namespace)
+    try:
+        return entry.serve(req)
+    finally:
+        req.store.local.context = None

@@ -15,6 +15,7 @@ from typing import Any, Self
 
 import yaml
 
+from .claim_status import NODE_NAME_KEY
 from .claims import ClaimHelpers
 from .core import NodesAndNamespaces
 from .features import FeatureGates
@@ -57,13 +58,23 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
     ``delete_ipamclaim``, ``install_ipamclaims``/``uninstall_ipamclaims``.
 
     Feature gates (``features.py``): ``feature_gates={"DRAConsumableCapacity": False}`` starts the
-    server with a gate off (default: on, as from Kubernetes 1.36; an unknown name is a
-    ``ValueError``); ``set_feature_gate(name, enabled)`` flips one later (an upgrade or a downgrade:
+    server with a gate off (defaults: Kubernetes 1.36's, all on: ``DRAConsumableCapacity``,
+    ``DRAResourceClaimDeviceStatus``, ``DRAResourceClaimGranularStatusAuthorization``; an unknown
+    name is a ``ValueError``); ``set_feature_gate(name, enabled)`` flips one later (an upgrade or a downgrade:
     stored objects keep what they have), ``feature_gates`` reads them.  With
     ``DRAConsumableCapacity`` off, writes silently lose ``allowMultipleAllocations`` and capacity
     ``requestPolicy`` (slices), ``distinctAttribute`` and request ``capacity`` (claim specs), and
     ``shareID``/``consumedCapacity`` (claim status, ``set_claim_allocation`` included), unless the
     stored object already uses them; with it on, request policies are validated (422).
+
+    The caller of a request: ``users`` (token -> name) and ``user_extra`` (name -> the token's
+    ``extra``); ``node_name=`` gives the main user a pod-bound token's
+    ``authentication.kubernetes.io/node-name``, which the 1.36 status authorization compares with
+    the claim's allocation (claim_status.py).  With an ``authorizer``, the status strategy also
+    asks it about the synthetic ``resourceclaims/driver`` and ``resourceclaims/binding`` verbs and
+    refuses with 422 ``Forbidden``.  JSON bodies of claims and slices lose unknown fields
+    (``fieldValidation``: ``Warn`` by default with ``Warning`` headers, kept in
+    ``RecordedRequest.warnings``; ``Strict`` 400; ``Ignore``).
 
     Not implemented (answered 400/405/415 rather than faked): JSON patch, apply outside
     ``resourceclaims/status`` and ``ipamclaims/status``, ``dryRun``; ignored:
@@ -85,6 +96,7 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
         namespaces: Iterable[str] = ("default", "kube-system"),
         ipamclaims: bool = False,
         feature_gates: Mapping[str, bool] | None = None,
+        node_name: str | None = None,
     ) -> None:
         self._own_dir = directory is None
         self.directory = str(directory) if directory is not None else tempfile.mkdtemp(prefix="fake-apiserver-")
@@ -93,6 +105,12 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
         self.other_token = other_token or secrets.token_hex(16)
         self.users: dict[str, str] = {self.token: user, self.other_token: other_user}
         self.user = user
+        #: ``extra`` of each user's token, as the authenticator would give it (kube-apiserver
+        #: puts ``authentication.kubernetes.io/node-name`` in a pod-bound service account
+        #: token's); ``node_name`` gives the main user's.
+        self.user_extra: dict[str, dict[str, list[str]]] = {}
+        if node_name:
+            self.user_extra[user] = {NODE_NAME_KEY: [node_name]}
         self.other_user = other_user
         self._store = Store(history_limit, FeatureGates(feature_gates))
         self.bookmark_interval = bookmark_interval

@@ -15,9 +15,9 @@ import re
 from typing import Any
 
 from . import crud
+from . import field as fe
 from .consumable_capacity import capacity_errors, decode_slice_capacities, drop_slice_fields
 from .device_taints import default_taint_times, device_taint_errors, drop_taint_fields, max_devices
-from .dracni_rules import fe
 from .features import FeatureGates
 from .names import (
     dns_label_errors,

@@ -15,15 +15,18 @@ import secrets
 import threading
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .dracni_rules import now_rfc3339
+from .clock import now_rfc3339
 from .errors import STALE, already_exists, conflict, not_found
 from .features import FeatureGates
 from .managed_fields import Bookkeeping, ManagerId, record_update_ownership, same_ownership
 from .objects import json_equal
 from .resources import RESOURCES, Obj, Resource
 from .selectors import Filter
+
+if TYPE_CHECKING:
+    from .claim_status import Authorize, Caller
 
 Key = tuple[str, str, str]  # (plural, namespace, name); namespace "" for cluster-scoped resources
 
@@ -35,6 +38,14 @@ class Event:
     resource: str
     obj: Obj
     old: Obj | None
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    """What the registry strategies read from a request's ``ctx``."""
+
+    caller: Caller
+    authorize: Authorize | None
 
 
 class Store:
@@ -51,6 +62,13 @@ class Store:
         self.history_rvs: collections.deque[int] = collections.deque()
         self.compacted_rv = 0  # watches must start at or after this resourceVersion
         self.epoch = 0  # bumped when the server goes down: running watches end
+        #: The request being served on this thread (``RequestContext``; kube-apiserver's ``ctx``):
+        #: its caller and the server's authorizer, which strategies consult.  Unset for the
+        #: fake's direct helpers, which stand for a privileged loopback client.
+        self.local = threading.local()
+
+    def request_context(self) -> RequestContext | None:
+        return getattr(self.local, "context", None)
 
     # -- reads --------------------------------------------------------------------------------------
     def require(self, res: Resource, namespace: str, name: str) -> Obj:
