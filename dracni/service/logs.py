@@ -36,10 +36,19 @@ class JsonFormatter(logging.Formatter):
 QUIET_LIBRARIES = ("urllib3", "kubernetes", "pyroute2", "grpc")
 
 
+class QuietLibraries(logging.Filter):
+    """Drops the libraries' records below warning (pyroute2 resets its logger's level when it
+    is imported, so a level set here would not hold)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or not record.name.startswith(QUIET_LIBRARIES)
+
+
 def setup_logging(fmt: str = "text", level: str = "info") -> None:
     for name in QUIET_LIBRARIES:
         logging.getLogger(name).setLevel(logging.WARNING)
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(QuietLibraries())
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:

@@ -1,25 +1,35 @@
-"""The service's log lines: one line per message whatever the message holds."""
+"""The service's log set-up: --log-level=debug is dracni's debug, not its libraries'."""
 
 from __future__ import annotations
 
-import json
 import logging
 
-from dracni.service.logs import JsonFormatter, TextFormatter
+import pytest
+
+from dracni.service.logs import setup_logging
 
 
-def record(msg: str, *args: object) -> logging.LogRecord:
-    return logging.LogRecord("dracni.test", logging.WARNING, __file__, 1, msg, args, None)
+@pytest.fixture
+def root_handler():
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        setup_logging(level="debug")
+        yield root.handlers[0]
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
 
 
-def test_text_lines_escape_control_characters_from_tenant_input() -> None:
-    line = TextFormatter("%(levelname)s %(message)s").format(
-        record("prepare of claim %s failed: %s", "ns/c", "bad ifName 'x\nFORGED\x1b[31m'")
-    )
-    assert "\n" not in line and "\x1b" not in line
-    assert line == "WARNING prepare of claim ns/c failed: bad ifName 'x\\nFORGED\\x1b[31m'"
+def record(name: str, level: int) -> logging.LogRecord:
+    return logging.LogRecord(name, level, __file__, 1, "message", None, None)
 
 
-def test_json_lines_stay_one_line() -> None:
-    line = JsonFormatter().format(record("a\nb"))
-    assert "\n" not in line and json.loads(line)["msg"] == "a\nb"
+def test_debug_is_dracnis_only(root_handler):
+    logging.getLogger("pyroute2").setLevel(0)  # what pyroute2 does when it is imported
+    assert root_handler.filter(record("dracni.kubelet.helper", logging.DEBUG))
+    assert not root_handler.filter(record("pyroute2.netlink.core", logging.DEBUG))
+    assert not root_handler.filter(record("urllib3.connectionpool", logging.DEBUG))
+    assert not root_handler.filter(record("kubernetes.client.rest", logging.INFO))
+    assert root_handler.filter(record("urllib3.connectionpool", logging.WARNING))
+    assert root_handler.filter(record("pyroute2.netlink.core", logging.ERROR))
