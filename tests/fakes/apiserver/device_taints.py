@@ -30,7 +30,7 @@ from typing import Any
 
 from . import field as fe
 from .features import DRA_DEVICE_TAINTS, FeatureGates
-from .names import _DNS_SUBDOMAIN, _SUBDOMAIN_MSG
+from .names import DNS_SUBDOMAIN, SUBDOMAIN_MSG
 from .resources import Obj
 
 #: ``resource.DeviceTaintsMaxLength``.
@@ -124,8 +124,8 @@ def _label_name_messages(value: str) -> list[str]:
         else:
             if len(prefix) > 253:  # IsDNS1123Subdomain
                 msgs.append("prefix part must be no more than 253 characters")
-            if not _DNS_SUBDOMAIN.match(prefix):
-                msgs.append("prefix part " + _SUBDOMAIN_MSG)
+            if not DNS_SUBDOMAIN.match(prefix):
+                msgs.append("prefix part " + SUBDOMAIN_MSG)
     else:
         return [
             "a qualified name " + _QUALIFIED_MSG + " with an optional DNS subdomain prefix and '/' "
