@@ -409,10 +409,20 @@ class Batch:
             apply_together(pending)
 
 
+#: The threads that fsync a batch's files at the same time (made by the first batch: the
+#: service's; the CNI plugin never batches).
+_SYNC_THREADS = 8
+_sync_pool: Any = None
+
+
 def apply_together(pending: dict[str, bytes | None]) -> None:
     """Write, fsync (in parallel), rename and delete; then fsync each directory once."""
-    from concurrent.futures import ThreadPoolExecutor
+    global _sync_pool
+    if _sync_pool is None:
+        from concurrent.futures import ThreadPoolExecutor
 
+        _sync_pool = ThreadPoolExecutor(max_workers=_SYNC_THREADS, thread_name_prefix="dracni-fsync")
+    pool = _sync_pool
     writes = {path: data for path, data in pending.items() if data is not None}
     temps = {
         path: os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp{os.getpid()}") for path in writes
@@ -428,25 +438,24 @@ def apply_together(pending: dict[str, bytes | None]) -> None:
         finally:
             os.close(fd)
 
-    with ThreadPoolExecutor(max_workers=min(8, max(1, len(writes)))) as pool:
-        try:
-            list(pool.map(stage, writes))
-        except OSError as exc:
-            for temp in temps.values():
+    try:
+        list(pool.map(stage, writes))
+    except OSError as exc:
+        for temp in temps.values():
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
+        raise StateError(f"cannot write state records: {exc}") from exc
+    try:
+        for path in pending:
+            if path in temps:
+                os.rename(temps[path], path)
+            else:
                 try:
-                    os.unlink(temp)
-                except OSError:
+                    os.unlink(path)
+                except FileNotFoundError:
                     pass
-            raise StateError(f"cannot write state records: {exc}") from exc
-        try:
-            for path in pending:
-                if path in temps:
-                    os.rename(temps[path], path)
-                else:
-                    try:
-                        os.unlink(path)
-                    except FileNotFoundError:
-                        pass
-            list(pool.map(fsync_dir, sorted({os.path.dirname(path) for path in pending})))
-        except OSError as exc:
-            raise StateError(f"cannot apply state records: {exc}") from exc
+        list(pool.map(fsync_dir, sorted({os.path.dirname(path) for path in pending})))
+    except OSError as exc:
+        raise StateError(f"cannot apply state records: {exc}") from exc
