@@ -6,6 +6,7 @@ modules it is assembled from."""
 from __future__ import annotations
 
 import os
+import random
 import secrets
 import shutil
 import tempfile
@@ -23,6 +24,16 @@ from .http_layer import Handler, HttpFrontend, Injected, RecordedRequest, Reques
 from .ipamclaims import IpamClaimHelpers
 from .slices import SliceHelpers
 from .store import Store
+
+
+def _server_on_a_free_port(fake: FakeApiServer) -> Server:
+    """A server bound to a free port from 20000-32767 (below Linux's default ephemeral range)."""
+    for port in random.sample(range(20000, 32768), 200):
+        try:
+            return Server(("127.0.0.1", port), Handler, fake)
+        except OSError:
+            continue
+    return Server(("127.0.0.1", 0), Handler, fake)
 
 
 class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers, IpamClaimHelpers):
@@ -166,10 +177,13 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
         return self._server is not None
 
     def start(self) -> Self:
-        """Serve (again): the first start picks an ephemeral port, later ones reuse it."""
+        """Serve (again): the first start picks a free port below the ephemeral range, later
+        ones reuse it.  (A port from the ephemeral range could be taken, while the server is
+        down, by a client's own connection attempt to it: a TCP self-connect, and the restart
+        would fail with "address already in use".)"""
         if self._server is not None:
             return self
-        server = Server(("127.0.0.1", self.port or 0), Handler, self)
+        server = Server(("127.0.0.1", self.port), Handler, self) if self.port else _server_on_a_free_port(self)
         self.port = server.server_address[1]
         self._server = server
         self._thread = threading.Thread(
