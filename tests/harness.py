@@ -16,6 +16,8 @@ import shutil
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -65,6 +67,26 @@ class Netns:
             run(["ip", "netns", "del", self.name], check=False)
 
 
+def add_nics(ns: Netns, nics: tuple[str, ...]) -> None:
+    """Stand-ins for a node's NICs in ``ns``: veth pairs (this kernel has no dummy links), both
+    ends up; ``<nic>p`` is the peer."""
+    for nic in nics:
+        ip("link", "add", nic, "type", "veth", "peer", "name", f"{nic}p", netns=ns.name)
+        ip("link", "set", nic, "up", netns=ns.name)
+        ip("link", "set", f"{nic}p", "up", netns=ns.name)
+
+
+@contextmanager
+def node_netns(prefix: str, nics: tuple[str, ...] = ("eth1", "eth2")) -> Iterator[Netns]:
+    """A throwaway "node" netns with ``nics`` (``add_nics``), deleted afterwards."""
+    ns = Netns(prefix)
+    try:
+        add_nics(ns, nics)
+        yield ns
+    finally:
+        ns.close()
+
+
 class Lab:
     """One test's world: a host netns with NICs, pod netnses, a CNI bin dir and a temp tree."""
 
@@ -84,10 +106,7 @@ class Lab:
         self.pods: list[Netns] = []
         self.host = Netns("dracni-host", existing=host_name)
         try:
-            for nic in nics:  # stand-ins for the node's NICs (veth: this kernel has no dummy links)
-                ip("link", "add", nic, "type", "veth", "peer", "name", f"{nic}p", netns=self.host.name)
-                ip("link", "set", nic, "up", netns=self.host.name)
-                ip("link", "set", f"{nic}p", "up", netns=self.host.name)
+            add_nics(self.host, nics)
             self._make_bin_dir()
         except BaseException:
             self.close()

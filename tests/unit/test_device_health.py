@@ -29,7 +29,7 @@ from dracni.inventory.slices import Offer
 from dracni.kubelet.server import HEALTH_SERVICES, MAX_HEALTH_STREAMS, SUPPORTED_SERVICES, DRAPluginServer
 from tests.fakes import kubelet_health
 from tests.fakes.kubelet_health import V1, V1ALPHA1, V1BETA1, HealthWatcher, health_service_for, plugin_info
-from tests.harness import Netns, ip
+from tests.harness import Netns, ip, node_netns
 
 DRIVER = "dracni.io"
 POOL = "node1"
@@ -127,15 +127,8 @@ def test_which_service_each_kubelet_dials():
 @pytest.fixture
 def node():
     """A throwaway "node" netns with eth1 and eth2 (veth pairs, peers up)."""
-    ns = Netns("dracni-health")
-    try:
-        for nic in ("eth1", "eth2"):
-            ip("link", "add", nic, "type", "veth", "peer", "name", f"{nic}p", netns=ns.name)
-            ip("link", "set", nic, "up", netns=ns.name)
-            ip("link", "set", f"{nic}p", "up", netns=ns.name)
+    with node_netns("dracni-health") as ns:
         yield ns
-    finally:
-        ns.close()
 
 
 OFFERED = {

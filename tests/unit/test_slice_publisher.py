@@ -21,7 +21,7 @@ import pytest
 from dracni.inventory.publisher import SlicePublisher
 from dracni.kube.api import KubeApi
 from tests.fakes.apiserver import FakeApiServer
-from tests.harness import Netns, ip
+from tests.harness import Netns, ip, node_netns
 from tests.unit.conftest import client_for
 from tests.unit.test_nics import needs_netns
 
@@ -35,15 +35,8 @@ SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 @pytest.fixture
 def node():
     """The node's netns with eth1 and eth2 (veth pairs, both ends up)."""
-    ns = Netns("dracni-pub")
-    try:
-        for nic in ("eth1", "eth2"):
-            ip("link", "add", nic, "type", "veth", "peer", "name", f"{nic}p", netns=ns.name)
-            ip("link", "set", nic, "up", netns=ns.name)
-            ip("link", "set", f"{nic}p", "up", netns=ns.name)
+    with node_netns("dracni-pub") as ns:
         yield ns
-    finally:
-        ns.close()
     assert not ns.exists()
 
 
