@@ -5,12 +5,13 @@ modules it is assembled from."""
 
 from __future__ import annotations
 
+import errno
 import os
-import random
 import secrets
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Self
 
@@ -26,14 +27,18 @@ from .slices import SliceHelpers
 from .store import Store
 
 
-def _server_on_a_free_port(fake: FakeApiServer) -> Server:
-    """A server bound to a free port from 20000-32767 (below Linux's default ephemeral range)."""
-    for port in random.sample(range(20000, 32768), 200):
+def _server_on(port: int, fake: FakeApiServer, wait: float = 5.0) -> Server:
+    """A server on ``port`` again.  Right after ``stop()`` a connection of the old server can
+    still be closing (FIN-WAIT-1, unsent bytes to a client that is not reading) and keep the
+    port busy ("address already in use"), so a busy port is retried for ``wait`` s."""
+    deadline = time.monotonic() + wait
+    while True:
         try:
             return Server(("127.0.0.1", port), Handler, fake)
-        except OSError:
-            continue
-    return Server(("127.0.0.1", 0), Handler, fake)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers, IpamClaimHelpers):
@@ -177,13 +182,10 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
         return self._server is not None
 
     def start(self) -> Self:
-        """Serve (again): the first start picks a free port below the ephemeral range, later
-        ones reuse it.  (A port from the ephemeral range could be taken, while the server is
-        down, by a client's own connection attempt to it: a TCP self-connect, and the restart
-        would fail with "address already in use".)"""
+        """Serve (again): the first start picks an ephemeral port, later ones reuse it."""
         if self._server is not None:
             return self
-        server = Server(("127.0.0.1", self.port), Handler, self) if self.port else _server_on_a_free_port(self)
+        server = _server_on(self.port, self) if self.port else Server(("127.0.0.1", 0), Handler, self)
         self.port = server.server_address[1]
         self._server = server
         self._thread = threading.Thread(
