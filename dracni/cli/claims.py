@@ -135,13 +135,24 @@ def publish_status(claims_path: str, state_dir: str, driver: str) -> None:
 @state_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print the raw records as JSON.")
 def inspect(state_dir: str, as_json: bool) -> None:
-    """Show what the state dir holds: prepared claims, attachments, pending status."""
+    """Show what the state dir holds: prepared claims, attachments, pending status, and the
+    records that cannot be read (in place, or moved aside into quarantine/)."""
     from ..state.records import is_pending
+    from ..state.store import BadRecord
 
     state = state_at(state_dir)
-    claims, attachments, outbox = state.list_claims(), state.list_attachments(), state.list_outbox()
+    bad: list[BadRecord] = []
+    claims, attachments, outbox = state.list_claims(bad), state.list_attachments(bad=bad), state.list_outbox(bad)
+    quarantined = state.list_quarantine()
     if as_json:
-        snapshot = {"stateDir": state.root, "claims": claims, "attachments": attachments, "outbox": outbox}
+        snapshot = {
+            "stateDir": state.root,
+            "claims": claims,
+            "attachments": attachments,
+            "outbox": outbox,
+            "unreadable": [{"path": b.path, "reason": str(b), "newer": b.newer} for b in bad],
+            "quarantine": [{"path": path, "reason": reason} for path, reason in quarantined],
+        }
         click.echo(jsonio.dumps(snapshot, pretty=True).decode())
         return
     click.echo(f"state dir {state.root}")
@@ -172,6 +183,12 @@ def inspect(state_dir: str, as_json: bool) -> None:
     click.echo(f"status outbox: {len(pending)} pending of {len(outbox)}")
     for o in pending:
         click.echo(f"  {o['claim']['namespace']}/{o['claim']['name']} seq={o['seq']} published={o['publishedSeq']}")
+    click.echo(f"unreadable records: {len(bad)}")
+    for b in bad:
+        click.echo(f"  {b.path}: {b}")
+    click.echo(f"quarantined records: {len(quarantined)}")
+    for path, reason in quarantined:
+        click.echo(f"  {path}: {reason}")
 
 
 @click.command()

@@ -1,7 +1,12 @@
 """A tiny logger for the CNI hot path (the ``logging`` module costs a few ms to import).
 
-Lines go to stderr (the runtime keeps stdout for the result) and, when the plugin config
-names a ``logFile``, are appended there too.
+Lines at the configured level go to the config's ``logFile``; stderr gets warnings and errors
+only, whatever the level.  The runtime keeps stdout for the result and treats stderr as the
+plugin's message: libcni's ``RawExec.ExecPlugin`` (pkg/invoke/raw_exec.go) copies a successful
+plugin's stderr into the runtime's own log, and when the plugin died without a result on stdout
+(the runtime killed it at its timeout) ``pluginErr`` makes the whole of stderr the error the
+pod shows.  So debug lines (delegate output, timings) must never reach stderr, and an ADD
+prints nothing there unless something goes wrong.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ import sys
 import time
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+#: The lowest level stderr gets.
+STDERR_LEVEL = _LEVELS["warning"]
 #: Characters that could end a log line or steer a terminal, written as escapes instead: C0
 #: and C1 controls, DEL and the Unicode line/paragraph separators.  Messages carry tenant
 #: input (claim configs, delegate output), which must never forge a line of its own.
@@ -40,10 +47,11 @@ class Log:
         now = time.time()
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
         line = f"{stamp} {level.upper()} dracni[{os.getpid()}] {escape_controls(self.context + msg)}\n"
-        try:
-            sys.stderr.write(line.encode("utf-8", "backslashreplace").decode("utf-8"))
-        except (OSError, ValueError):
-            pass
+        if _LEVELS[level] >= STDERR_LEVEL:
+            try:
+                sys.stderr.write(line.encode("utf-8", "backslashreplace").decode("utf-8"))
+            except (OSError, ValueError):
+                pass
         if self.path:
             try:
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)

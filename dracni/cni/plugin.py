@@ -32,6 +32,7 @@ class MetaPlugin:
         self.req = req
         self.state = state
         self.runner = runner
+        state.on_quarantine = _log_quarantine
 
     def _chain_of(self, device: PlannedDevice) -> list[Delegate]:
         spec = device.spec
@@ -66,7 +67,7 @@ class MetaPlugin:
         for d in planned:
             record["devices"].append(R.attached_device(d.claim, d.driver, d.spec, d.ifname, self._chain_of(d)))
         # Write-ahead: DEL must find this record even if we die half-way through.
-        self.state.put_attachment(record)
+        self._write_ahead(record)
         failure: CNIError | None = None
         for dev in record["devices"]:
             try:
@@ -89,6 +90,19 @@ class MetaPlugin:
             prev: JSON = req.conf["prevResult"]
             return prev
         return from_current(merge_results([d["result"] for d in record["devices"] if d["result"]]), req.cni_version)
+
+    def _write_ahead(self, record: Attachment) -> None:
+        """The ADD's first record write; a newer dracni's record of this attachment stays."""
+        from ..state.store import BadRecord
+
+        try:
+            self.state.put_attachment(record, ahead=True)
+        except BadRecord as exc:  # only a newer one: an unreadable one was quarantined
+            raise CNIError(
+                E.IO_FAILURE,
+                f"refusing to overwrite the attachment record of container {record['containerID']}: {exc}",
+                "a newer dracni wrote it; the runtime's DEL moves it aside (quarantine/), or upgrade dracni",
+            ) from None
 
     def _add_device(self, dev: AttachedDevice) -> None:
         dev["result"] = add_chain(self.runner, dev["delegates"], self._runtime(dev["ifName"]))
@@ -130,7 +144,7 @@ class MetaPlugin:
     # -- DEL ------------------------------------------------------------------------------
     def delete(self) -> None:
         req = self.req
-        record = self.state.read_attachment(req.network, req.container_id, req.ifname)
+        record = self._read_for_del()
         if record is None:
             self._delete_without_record()
             return
@@ -151,6 +165,18 @@ class MetaPlugin:
             self._retract_facts(record)
         log.info(f"DEL detached {', '.join(d['ifName'] for d in record['devices']) or 'nothing'}")
 
+    def _read_for_del(self) -> Attachment | None:
+        """The attachment record; an unreadable one (corrupt, a key missing, a newer schema) is
+        quarantined and DEL goes on as if it were gone: it never blocks the runtime's DEL."""
+        from ..state.store import BadRecord
+
+        req = self.req
+        try:
+            return self.state.read_attachment(req.network, req.container_id, req.ifname)
+        except BadRecord as exc:
+            self.state.quarantine(exc.path)
+            return None
+
     def _runtime(self, ifname: str) -> RuntimeConf:
         """The delegates of this invocation's container run with the caller's CNI_ARGS."""
         return RuntimeConf(self.req.container_id, self.req.netns, ifname)
@@ -161,8 +187,18 @@ class MetaPlugin:
 
     def _delete_without_record(self) -> None:
         """The attachment record is gone (state dir wiped): DEL from the prepared claims, best effort."""
+        from ..state.store import BadRecord, StateError
+
         req = self.req
-        claims = self.state.pod_claims(req.pod_uid, req.pod_namespace, req.pod_name)
+        bad: list[BadRecord] = []
+        try:
+            uids = self.state.pod_claim_uids(req.pod_uid, req.pod_namespace, req.pod_name)
+            claims = self.state.read_claims(uids, bad)
+        except StateError as exc:  # the pod index itself: nothing to rebuild from
+            log.warning(f"DEL without record: cannot read the pod's prepared claims: {exc}")
+            return
+        for unreadable in bad:
+            log.warning(f"DEL without record: skipping a prepared claim: {unreadable}")
         if not claims:
             log.debug("DEL: nothing recorded for this container and no prepared claims: nothing to do")
             return
@@ -181,7 +217,7 @@ class MetaPlugin:
                 log.warning(f"DEL without record: {problem}")
         with self.state.locked():
             for claim_uid in {d.claim["uid"] for d in planned}:
-                if self.state.read_outbox(claim_uid) is not None:
+                if self.state.has_outbox(claim_uid):
                     self.state.update_outbox(
                         R.outbox_claim(R.claim_ref(claim_uid, "", ""), None),
                         lambda facts: R.retract_facts(facts, req.container_id, []),
@@ -222,7 +258,13 @@ class MetaPlugin:
         valid = _valid_attachments(req.conf)
         problems = []
         kept = []
-        for record in self.state.list_attachments(req.network):
+        from ..state.store import BadRecord
+
+        bad: list[BadRecord] = []
+        records = self.state.list_attachments(req.network, bad)
+        for unreadable in bad:  # nothing to release from it: out of the way of later GCs
+            self.state.quarantine(unreadable.path)
+        for record in records:
             if (record["containerID"], record["ifName"]) in valid:
                 kept.append(record)
                 continue
@@ -296,10 +338,14 @@ class MetaPlugin:
                 kept = result_addresses(dev.get("result")) or list(dev.get("requestedIPs") or [])
                 if kept:
                     detached.append(R.detached_fact(record, dev, kept, now_rfc3339()))
-            if self.state.read_outbox(claim_uid) is None and not detached:
+            if not self.state.has_outbox(claim_uid) and not detached:
                 continue
             claim = R.outbox_claim(devices[0]["claim"], devices[0].get("driver"))
             self.state.update_outbox(claim, lambda old: R.retract_facts(old, cid, detached))  # noqa: B023 (called at once)
+
+
+def _log_quarantine(path: str, target: str, reason: str) -> None:
+    log.warning(f"moved an unreadable state record aside to {target}: {reason}")
 
 
 def _valid_attachments(conf: JSON) -> set[tuple[str, str]]:

@@ -365,8 +365,57 @@ def retract_facts(old: list[DeviceFact], container_id: str, kept: list[DeviceFac
 
 
 # -- readers ------------------------------------------------------------------------------
-def check_record(record: object, where: str) -> JSON:
-    """A decoded record file: a JSON object of this schema version, or RecordError."""
-    if not isinstance(record, dict) or record.get("schema") != SCHEMA_VERSION:
-        raise RecordError(f"state record {where} has an unknown schema version")
+#: The keys a reader relies on, per kind, and the JSON type each must have (the ``required``
+#: lists of spec/state-records.schema.json that DEL, CHECK, GC and the publisher index into).
+_REQUIRED: dict[str, tuple[tuple[str, type], ...]] = {
+    PREPARED_CLAIM: (("uid", str), ("namespace", str), ("name", str), ("pods", list), ("devices", list)),
+    POD_INDEX: (("claims", list),),
+    ATTACHMENT: (
+        ("network", str),
+        ("containerID", str),
+        ("ifName", str),
+        ("state", str),
+        ("devices", list),
+    ),
+    STATUS_OUTBOX: (("claim", dict), ("seq", int), ("publishedSeq", int), ("devices", list)),
+}
+_ATTACHED_DEVICE: tuple[tuple[str, type], ...] = (("claim", dict), ("ifName", str), ("delegates", list))
+
+
+class NewerRecord(RecordError):
+    """A record of a schema version newer than this binary's: never overwritten, never guessed at."""
+
+
+def _missing(record: JSON, required: tuple[tuple[str, type], ...]) -> str | None:
+    for key, kind in required:
+        if not isinstance(record.get(key), kind):
+            return key
+    return None
+
+
+def check_record(record: object, where: str, kind: str | None = None) -> JSON:
+    """A decoded record file: a JSON object of this schema version (and of ``kind``, with the
+    keys its readers use), else RecordError; NewerRecord when a newer dracni wrote it."""
+    if not isinstance(record, dict):
+        raise RecordError(f"state record {where} is not a JSON object of a known schema version")
+    schema = record.get("schema")
+    if isinstance(schema, int) and not isinstance(schema, bool) and schema > SCHEMA_VERSION:
+        raise NewerRecord(
+            f"state record {where} has schema {schema}, newer than this dracni's {SCHEMA_VERSION} "
+            "(written by a newer version)"
+        )
+    if schema != SCHEMA_VERSION:
+        raise RecordError(f"state record {where} has an unknown schema version {schema!r}")
+    if kind is not None:
+        if record.get("kind", kind) != kind:
+            raise RecordError(f"state record {where} is a {record.get('kind')!r}, not a {kind}")
+        key = _missing(record, _REQUIRED.get(kind, ()))
+        if key is None and kind == ATTACHMENT:
+            for dev in record["devices"]:
+                key = "devices[]" if not isinstance(dev, dict) else _missing(dev, _ATTACHED_DEVICE)
+                if key is not None:
+                    key = key if key == "devices[]" else f"devices[].{key}"
+                    break
+        if key is not None:
+            raise RecordError(f"state record {where} lacks a valid {key!r}")
     return record

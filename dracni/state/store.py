@@ -9,6 +9,13 @@ Layout (schema: ``spec/state-records.schema.json``)::
     <root>/attachments/<net>+<cid>+<if>.json  Attachment: all that DEL/CHECK/GC need
     <root>/outbox/<claimUID>.json         StatusOutbox: status.devices facts to publish
     <root>/cache/plugin-versions.json     delegate VERSION answers, keyed by binary identity
+    <root>/quarantine/<dir>+<stem>.<time>.json  a record that could not be read, moved aside
+
+A record that cannot be read (not JSON, a missing key its readers need, an unknown or newer
+``schema``) raises ``BadRecord``.  Where a reader must go on without it (CNI DEL, an outbox
+update), the record is moved into ``quarantine/`` (``StateDir.quarantine``): kept for the
+operator (``dracni inspect`` lists it with its reason), never overwritten, out of every
+reader's way.
 
 Records are written atomically (temp file, fsync, rename, fsync of the directory) while the
 state lock is held; readers never need the lock because a rename is atomic.  The service
@@ -49,10 +56,38 @@ class StateError(Exception):
     """The state directory cannot be read or written."""
 
 
+class BadRecord(StateError):
+    """A record file that exists but cannot be read as its kind (``newer``: a newer dracni's)."""
+
+    def __init__(self, message: str, path: str, newer: bool = False) -> None:
+        super().__init__(message)
+        self.path = path
+        self.newer = newer
+
+
+#: The record kind each directory holds (what ``_read`` checks a record against).
+_KINDS = {"claims": R.PREPARED_CLAIM, "pods": R.POD_INDEX, "attachments": R.ATTACHMENT, "outbox": R.STATUS_OUTBOX}
+QUARANTINE = "quarantine"
+
+
 def _safe_component(value: str, what: str) -> str:
     if not value or "/" in value or value in (".", "..") or "\0" in value:
         raise StateError(f"{what} {value!r} cannot name a state record")
     return value
+
+
+def _decode(data: bytes, path: str, kind: str | None = "") -> Any:
+    """A record file's bytes as its record (``kind``: by default, its directory's), else BadRecord."""
+    if kind == "":
+        kind = _KINDS.get(os.path.basename(os.path.dirname(path)))
+    try:
+        record = jsonio.loads(data)
+    except ValueError as exc:
+        raise BadRecord(f"corrupt state record {path}: {exc}", path) from exc
+    try:
+        return R.check_record(record, path, kind)
+    except R.RecordError as exc:
+        raise BadRecord(str(exc), path, newer=isinstance(exc, R.NewerRecord)) from exc
 
 
 class StateDir:
@@ -63,6 +98,9 @@ class StateDir:
         self._lock: StateLock | None = None  # made on the first write: reads take no lock
         #: path -> new bytes (None: deleted) while a ``batched()`` block defers its writes
         self._pending: dict[str, bytes | None] | None = None
+        #: Called as ``(record path, quarantined path, reason)`` after a record was moved aside
+        #: (the CNI plugin logs one line; the service counts it).
+        self.on_quarantine: Callable[[str, str, str], None] | None = None
 
     # -- paths ---------------------------------------------------------------------------
     @property
@@ -105,14 +143,71 @@ class StateDir:
             data = read_if_exists(path, StateError)
         if data is None:
             return None
+        return _decode(data, path)
+
+    def quarantine(self, path: str) -> str | None:
+        """Move the unreadable record at ``path`` into ``quarantine/``, under the state lock.
+
+        Returns where it went; None when, under the lock, it is gone or readable after all (a
+        writer replaced it meanwhile).  The file is renamed, never rewritten: a newer dracni's
+        record survives intact for the operator (or that newer dracni) to take back.
+        """
+        import time
+
+        with self.locked():
+            try:
+                data = read_if_exists(path, StateError)
+                if data is None:
+                    return None
+                _decode(data, path)
+                return None
+            except BadRecord as exc:
+                reason = str(exc)
+            directory = os.path.join(self.root, QUARANTINE)
+            now = time.time_ns()
+            stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now // 10**9)) + f".{now % 10**9:09d}Z"
+            kind = os.path.basename(os.path.dirname(path))
+            target = os.path.join(directory, f"{kind}+{os.path.basename(path)[:-5]}.{stamp}.json")
+            try:
+                os.makedirs(directory, mode=DIR_MODE, exist_ok=True)
+                os.rename(path, target)
+                fsync_dir(directory)
+                fsync_dir(os.path.dirname(path))
+            except OSError as exc:
+                raise StateError(f"cannot quarantine {path}: {exc.strerror}") from exc
+        if self.on_quarantine is not None:
+            self.on_quarantine(path, target, reason)
+        return target
+
+    def _read_or_quarantine(self, path: str) -> Any:
+        """``_read``, but an unreadable record is quarantined and reads as absent."""
         try:
-            record = jsonio.loads(data)
-        except ValueError as exc:
-            raise StateError(f"corrupt state record {path}: {exc}") from exc
+            return self._read(path)
+        except BadRecord as exc:
+            self.quarantine(exc.path)
+            return None
+
+    def list_quarantine(self) -> list[tuple[str, str]]:
+        """Quarantined records: (file path, why it could not be read), oldest name first."""
+        directory = os.path.join(self.root, QUARANTINE)
         try:
-            return R.check_record(record, path)
-        except R.RecordError as exc:
-            raise StateError(str(exc)) from exc
+            names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise StateError(f"cannot list {directory}: {exc.strerror}") from exc
+        out = []
+        for name in names:
+            path = os.path.join(directory, name)
+            kind_dir = name.split("+", 1)[0]
+            try:
+                data = read_if_exists(path, StateError)
+                _decode(data or b"", path, _KINDS.get(kind_dir))
+                reason = "readable now"
+            except StateError as exc:
+                reason = str(exc)
+            out.append((path, reason))
+        return out
 
     def _write(self, path: str, record: Any) -> None:
         """Atomically replace ``path`` with ``record``; the caller holds the lock."""
@@ -162,8 +257,25 @@ class StateDir:
         record: PreparedClaim | None = self._read(self._path("claims", uid))
         return record
 
-    def list_claims(self) -> list[PreparedClaim]:
-        return [r for r in (self.read_claim(u) for u in self._list("claims")) if r]
+    def list_claims(self, bad: list[BadRecord] | None = None) -> list[PreparedClaim]:
+        """Every prepared claim; with ``bad``, unreadable ones are collected there instead of raising."""
+        return self._list_records("claims", bad)
+
+    def _list_records(self, kind: str, bad: list[BadRecord] | None, prefix: str | None = None) -> list[Any]:
+        records = []
+        for stem in self._list(kind):
+            if prefix is not None and not stem.startswith(prefix):
+                continue
+            try:
+                record = self._read(self._path(kind, stem))
+            except BadRecord as exc:
+                if bad is None:
+                    raise
+                bad.append(exc)
+                continue
+            if record is not None:
+                records.append(record)
+        return records
 
     def pod_claim_uids(self, pod_uid: str | None, namespace: str | None, name: str | None) -> list[str]:
         """Claim UIDs prepared for a pod; the name is consulted only when the UID is unknown."""
@@ -179,9 +291,21 @@ class StateDir:
     def pod_claims(self, pod_uid: str | None, namespace: str | None, name: str | None) -> list[PreparedClaim]:
         return self.read_claims(self.pod_claim_uids(pod_uid, namespace, name))
 
-    def read_claims(self, uids: list[str]) -> list[PreparedClaim]:
-        """The prepared claims of ``uids`` that exist, in that order."""
-        return [record for record in map(self.read_claim, uids) if record is not None]
+    def read_claims(self, uids: list[str], bad: list[BadRecord] | None = None) -> list[PreparedClaim]:
+        """The prepared claims of ``uids`` that exist, in that order; with ``bad``, unreadable
+        ones are collected there instead of raising."""
+        records = []
+        for uid in uids:
+            try:
+                record = self.read_claim(uid)
+            except BadRecord as exc:
+                if bad is None:
+                    raise
+                bad.append(exc)
+                continue
+            if record is not None:
+                records.append(record)
+        return records
 
     def put_claim(self, record: PreparedClaim) -> None:
         self.put_claims([record])
@@ -247,22 +371,25 @@ class StateDir:
         record: Attachment | None = self._read(self._path("attachments", attachment_key(network, container_id, ifname)))
         return record
 
-    def list_attachments(self, network: str | None = None) -> list[Attachment]:
-        stems = self._list("attachments")
-        if network is not None:
-            stems = [s for s in stems if s.startswith(network + "+")]
-        records = []
-        for stem in stems:
-            record = self._read(self._path("attachments", stem))
-            if record is not None:
-                records.append(record)
-        return records
+    def list_attachments(self, network: str | None = None, bad: list[BadRecord] | None = None) -> list[Attachment]:
+        """Attachments (of ``network``); with ``bad``, unreadable ones are collected there."""
+        return self._list_records("attachments", bad, None if network is None else network + "+")
 
-    def put_attachment(self, record: Attachment) -> None:
+    def put_attachment(self, record: Attachment, *, ahead: bool = False) -> None:
+        """Write an attachment record.  ``ahead`` (ADD's write-ahead): a record already there
+        that a newer dracni wrote is never overwritten (BadRecord with ``newer``); an
+        unreadable one is quarantined first."""
         record.setdefault("kind", R.ATTACHMENT)  # type: ignore[typeddict-item]
-        key = attachment_key(record["network"], record["containerID"], record["ifName"])
+        path = self._path("attachments", attachment_key(record["network"], record["containerID"], record["ifName"]))
         with self.locked():
-            self._write(self._path("attachments", key), record)
+            if ahead and os.path.exists(path):
+                try:
+                    self._read(path)
+                except BadRecord as exc:
+                    if exc.newer:
+                        raise
+                    self.quarantine(path)
+            self._write(path, record)
 
     def remove_attachment(self, network: str, container_id: str, ifname: str) -> bool:
         with self.locked():
@@ -273,19 +400,29 @@ class StateDir:
         record: StatusOutbox | None = self._read(self._path("outbox", claim_uid))
         return record
 
-    def list_outbox(self) -> list[StatusOutbox]:
-        return [r for r in (self.read_outbox(u) for u in self._list("outbox")) if r]
+    def list_outbox(self, bad: list[BadRecord] | None = None) -> list[StatusOutbox]:
+        """Every outbox record; with ``bad``, unreadable ones are collected there instead of raising."""
+        return self._list_records("outbox", bad)
+
+    def has_outbox(self, claim_uid: str) -> bool:
+        """An outbox record of the claim exists (readable or not: updating it quarantines a bad one)."""
+        path = self._path("outbox", claim_uid)
+        if self._pending is not None and path in self._pending:
+            return self._pending[path] is not None
+        return os.path.exists(path)
 
     def update_outbox(self, claim: OutboxClaim, change: Callable[[list[DeviceFact]], list[DeviceFact]]) -> StatusOutbox:
         """Apply ``change`` to the claim's desired status facts and bump its sequence number.
 
         ``claim`` is ``{"uid", "namespace", "name"}`` (plus ``driver``).  The publisher
         compares ``seq`` with ``publishedSeq`` so a newer state is never overwritten by an
-        older one, and an entry survives restarts until it is published.
+        older one, and an entry survives restarts until it is published.  An unreadable record
+        is quarantined and the claim's facts start afresh (the publisher then sends what this
+        change leaves).
         """
         with self.locked():
             path = self._path("outbox", claim["uid"])
-            record: StatusOutbox = self._read(path) or R.new_outbox(claim)
+            record: StatusOutbox = self._read_or_quarantine(path) or R.new_outbox(claim)
             record["devices"] = change(list(record["devices"]))
             record["seq"] += 1
             self._write(path, record)

@@ -707,16 +707,47 @@ def test_status_with_an_unusable_state_dir_is_code_50(cni, where):
 
 
 def test_internal_error_is_code_999_and_still_a_cni_error(cni):
-    """A record that is valid JSON of the right schema version but the wrong shape (hand-edited,
-    or written by a buggy future version) makes DEL fail internally: reported as 999, not a crash."""
+    """A record whose keys pass the reader's check but whose delegates have the wrong shape
+    (hand-edited) makes DEL fail internally: reported as 999, not a crash."""
     attachments = os.path.join(cni.state_dir, "attachments")
     os.makedirs(attachments)
+    record = {
+        "schema": 1,
+        "kind": "Attachment",
+        "network": "net",
+        "containerID": "c0ffee",
+        "ifName": "eth0",
+        "state": "ready",
+        "devices": [{"claim": {}, "ifName": "net1", "delegates": [5]}],
+    }
     with open(os.path.join(attachments, "net+c0ffee+eth0.json"), "w") as f:
-        f.write('{"schema": 1, "kind": "Attachment", "devices": 5}')
+        f.write(json.dumps(record))
     rc, raw = cni.run("DEL")
     err = check_error(rc, raw, 999, "internal error")
     assert "TypeError" in err["msg"]  # names the exception type
     assert "Traceback" not in err["msg"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    ['{"schema": 1, "kind": "Attachment", "devices": 5}', "{torn", '{"schema": 2, "kind": "Attachment"}'],
+)
+def test_del_quarantines_an_unreadable_record_and_succeeds(cni, capsys, content):
+    """Issue 12 item 3: a record DEL cannot read (wrong shape, corrupt, newer schema) never blocks
+    DEL: it is moved into quarantine/ intact, with one warning line, and DEL has nothing left to do."""
+    attachments = os.path.join(cni.state_dir, "attachments")
+    os.makedirs(attachments)
+    with open(os.path.join(attachments, "net+c0ffee+eth0.json"), "w") as f:
+        f.write(content)
+    capsys.readouterr()
+    rc, raw = cni.run("DEL")
+    assert (rc, raw) == (0, b"")
+    assert os.listdir(attachments) == []
+    (moved,) = os.listdir(os.path.join(cni.state_dir, "quarantine"))
+    with open(os.path.join(cni.state_dir, "quarantine", moved)) as f:
+        assert f.read() == content
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "WARNING" in lines[0] and "moved an unreadable state record aside" in lines[0]
 
 
 # -- error objects ------------------------------------------------------------------------------------
@@ -745,6 +776,28 @@ def test_errors_are_logged_to_stderr_not_stdout(cni, capsys):
     stderr = capsys.readouterr().err
     assert "CNI_IFNAME" in stderr and "Traceback" not in stderr
     assert b"ERROR" not in raw
+
+
+def test_debug_and_info_go_to_the_log_file_never_to_stderr(cni, capsys):
+    """Issue 12 item 7: with ``logLevel: debug`` the runtime, which copies a plugin's stderr into
+    its own log (libcni RawExec.ExecPlugin), sees nothing of a successful call; the logFile has it all."""
+    logfile = cni.tmp / "dracni.log"
+    conf = cni.conf(logLevel="debug", logFile=str(logfile))
+    put_attachment(cni.state_dir)
+    capsys.readouterr()
+    cni.ok("ADD", conf=conf)  # no prepared claims: a debug line
+    cni.ok("DEL", conf=conf)  # the record's DEL: an info line
+    assert capsys.readouterr().err == ""
+    logged = logfile.read_text()
+    assert " DEBUG " in logged and "pass-through" in logged and " INFO " in logged and "DEL detached" in logged
+
+
+def test_warnings_and_errors_still_reach_stderr_at_every_level(cni, capsys):
+    logfile = cni.tmp / "dracni.log"
+    capsys.readouterr()
+    cni.error(7, "cni.dev/valid-attachments", command="GC", conf=cni.conf(logLevel="debug", logFile=str(logfile)))
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and " ERROR " in err[0] and "cni.dev/valid-attachments" in err[0]
 
 
 def test_log_file_receives_the_error(cni):

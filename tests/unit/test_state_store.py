@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -20,7 +21,7 @@ import jsonschema
 import pytest
 
 from dracni.cni.delegate import DelegateRunner
-from dracni.state.store import SCHEMA_VERSION, PluginVersionCache, StateDir, StateError
+from dracni.state.store import SCHEMA_VERSION, BadRecord, PluginVersionCache, StateDir, StateError
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO / "spec" / "state-records.schema.json"
@@ -647,10 +648,11 @@ def test_unknown_schema_version_raises_state_error_naming_the_file(state: StateD
         state.read_outbox("claim-uid-1")
     assert str(path) in str(info.value)
     assert "schema" in str(info.value)
-    # a writer must not silently overwrite a record it cannot understand
-    with pytest.raises(StateError, match="claim-uid-1.json"):
-        state.update_outbox(CLAIM_REF, lambda facts: [])
-    assert json.loads(path.read_text()) == record
+    # a writer never overwrites a record it cannot understand: it moves it aside, intact
+    state.update_outbox(CLAIM_REF, lambda facts: [fact("b")])
+    (moved,) = (root / "quarantine").iterdir()
+    assert moved.name.startswith("outbox+claim-uid-1.") and json.loads(moved.read_text()) == record
+    assert [f["device"] for f in state.read_outbox("claim-uid-1")["devices"]] == ["b"]
 
 
 def test_corrupt_pod_index_raises_naming_the_file(state: StateDir, root: Path) -> None:
@@ -658,6 +660,80 @@ def test_corrupt_pod_index_raises_naming_the_file(state: StateDir, root: Path) -
     (root / "pods" / "uid_pod-uid-1.json").write_text("garbage")
     with pytest.raises(StateError, match="uid_pod-uid-1.json"):
         state.pod_claim_uids("pod-uid-1", None, None)
+
+
+@pytest.mark.parametrize(
+    "damage,reason",
+    [
+        (lambda rec: "{torn", "corrupt state record"),
+        (lambda rec: json.dumps({**rec, "schema": 2}), "schema 2, newer than this dracni's 1"),
+        (lambda rec: json.dumps({k: v for k, v in rec.items() if k != "devices"}), "lacks a valid 'devices'"),
+        (lambda rec: json.dumps({**rec, "devices": [{"claim": {}, "ifName": "net1"}]}), "'devices[].delegates'"),
+        (lambda rec: json.dumps({**rec, "kind": "StatusOutbox"}), "is a 'StatusOutbox', not a Attachment"),
+    ],
+)
+def test_unreadable_attachment_is_a_bad_record_that_quarantine_moves_aside_intact(
+    state: StateDir, root: Path, damage, reason: str
+) -> None:
+    state.put_attachment(attachment())
+    path = root / "attachments" / "cbr0+c0ffee+eth0.json"
+    damaged = damage(json.loads(path.read_text()))
+    path.write_text(damaged)
+    with pytest.raises(BadRecord, match=re.escape(reason)) as info:
+        state.read_attachment("cbr0", "c0ffee", "eth0")
+    assert info.value.path == str(path) and info.value.newer == ("newer" in reason)
+    bad: list[BadRecord] = []
+    assert state.list_attachments(bad=bad) == [] and [b.path for b in bad] == [str(path)]
+
+    seen = []
+    state.on_quarantine = lambda src, dest, why: seen.append((src, dest, why))
+    target = state.quarantine(str(path))
+
+    assert target is not None and not path.exists()
+    assert Path(target).read_text() == damaged  # renamed, never rewritten
+    assert Path(target).name.startswith("attachments+cbr0+c0ffee+eth0.") and mode(target) == 0o600
+    assert seen == [(str(path), target, str(info.value))]
+    assert state.read_attachment("cbr0", "c0ffee", "eth0") is None
+    ((listed, why),) = state.list_quarantine()
+    assert listed == target and reason in why
+
+
+def test_quarantine_leaves_a_readable_or_missing_record_alone(state: StateDir, root: Path) -> None:
+    state.put_attachment(attachment())
+    path = root / "attachments" / "cbr0+c0ffee+eth0.json"
+    assert state.quarantine(str(path)) is None and path.exists()
+    assert state.quarantine(str(root / "attachments" / "nope.json")) is None
+    assert state.list_quarantine() == []
+
+
+def test_write_ahead_refuses_to_overwrite_a_newer_record_and_quarantines_a_corrupt_one(
+    state: StateDir, root: Path
+) -> None:
+    state.put_attachment(attachment())
+    path = root / "attachments" / "cbr0+c0ffee+eth0.json"
+    newer = {**json.loads(path.read_text()), "schema": 7, "futureKey": True}
+    path.write_text(json.dumps(newer))
+    with pytest.raises(BadRecord, match="schema 7") as info:
+        state.put_attachment(attachment(), ahead=True)
+    assert info.value.newer and json.loads(path.read_text()) == newer
+    path.write_text("{torn")
+    state.put_attachment(attachment(), ahead=True)
+    assert state.read_attachment("cbr0", "c0ffee", "eth0")["state"] == "ready"
+    assert [p.name.split(".")[0] for p in (root / "quarantine").iterdir()] == ["attachments+cbr0+c0ffee+eth0"]
+
+
+def test_listings_collect_bad_records_instead_of_failing(state: StateDir, root: Path) -> None:
+    state.put_claims([prepared_claim("a"), prepared_claim("b", pods=[("pod-uid-2", "web-1")])])
+    state.update_outbox({**CLAIM_REF, "uid": "a"}, lambda facts: [fact("x")])
+    state.update_outbox({**CLAIM_REF, "uid": "b"}, lambda facts: [fact("y")])
+    (root / "claims" / "a.json").write_text("nope")
+    (root / "outbox" / "b.json").write_text(json.dumps({"schema": 1, "kind": "StatusOutbox"}))
+    bad: list[BadRecord] = []
+    assert [c["uid"] for c in state.list_claims(bad)] == ["b"]
+    assert [c["uid"] for c in state.read_claims(["a", "b"], bad)] == ["b"]
+    assert [o["claim"]["uid"] for o in state.list_outbox(bad)] == ["a"]
+    assert [Path(b.path).name for b in bad] == ["a.json", "a.json", "b.json"]
+    assert state.has_outbox("b") and not state.has_outbox("c")
 
 
 # -- the lock, across processes ----------------------------------------------------------------
