@@ -127,6 +127,8 @@ def publish_status(claims_path: str, state_dir: str, driver: str) -> None:
         click.echo(f"claim {uid}: not published, will retry: {error}", err=True)
     for uid, error in sorted(report.dropped.items()):
         click.echo(f"claim {uid}: dropped: {error}", err=True)
+    for uid, error in sorted(report.quarantined.items()):
+        click.echo(f"claim {uid}: unreadable status outbox record: {error}", err=True)
     if report.failed or report.dropped:
         sys.exit(1)
 

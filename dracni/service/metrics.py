@@ -23,6 +23,11 @@ PUBLISH_SECONDS = Histogram("dracni_status_publish_seconds", "Time to publish on
 PUBLISH_FAILURES = Counter(
     "dracni_status_publish_failures_total", "Failed status publishes, by kind.", ["kind"], registry=REGISTRY
 )
+QUARANTINED = Gauge(
+    "dracni_state_quarantined_records",
+    "Unreadable state records moved aside into <state>/quarantine/ (listed by dracni inspect).",
+    registry=REGISTRY,
+)
 SLICE_PUBLISHES = Counter(
     "dracni_resourceslice_writes_total", "ResourceSlice writes, by operation.", ["operation"], registry=REGISTRY
 )

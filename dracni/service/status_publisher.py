@@ -85,6 +85,8 @@ class StatusPublisher:
         self.published += report.published
         for uid, error in report.dropped.items():
             log.error("status of claim %s dropped: %s", uid, error)
+        for uid, error in report.quarantined.items():
+            log.warning("status outbox record of claim %s is unreadable: %s", uid, error)
         for uid, error in report.failed.items():
             if uid not in report.forbidden:
                 log.warning("status of claim %s not published, will retry: %s", uid, error)
@@ -92,9 +94,10 @@ class StatusPublisher:
                 self._refused.add(uid)
                 log.error("status of claim %s refused by the API server's authorization: %s", uid, error)
         try:
-            metrics.OUTBOX_DEPTH.set(len(self.state.pending_outbox()))
+            metrics.OUTBOX_DEPTH.set(len(self.state.pending_outbox(errors={})))
         except Exception:
             pass
+        metrics.QUARANTINED.set(self.state.quarantine_count())
         if report.failed:
             return min(max(backoff * 2, MIN_BACKOFF), MAX_BACKOFF)
         return 0.0

@@ -187,6 +187,13 @@ class StateDir:
             self.quarantine(exc.path)
             return None
 
+    def quarantine_count(self) -> int:
+        """How many records sit in quarantine/ (a directory listing, no reads)."""
+        try:
+            return sum(1 for n in os.listdir(os.path.join(self.root, QUARANTINE)) if n.endswith(".json"))
+        except OSError:
+            return 0
+
     def list_quarantine(self) -> list[tuple[str, str]]:
         """Quarantined records: (file path, why it could not be read), oldest name first."""
         directory = os.path.join(self.root, QUARANTINE)
@@ -445,16 +452,30 @@ class StateDir:
                 self._write(path, record)
             return record["seq"] == seq
 
-    def pending_outbox(self, errors: dict[str, str] | None = None) -> list[StatusOutbox]:
+    def pending_outbox(
+        self, errors: dict[str, str] | None = None, quarantined: dict[str, str] | None = None
+    ) -> list[StatusOutbox]:
         """Records whose newest state is not yet published.
 
         With ``errors``, an unreadable record is reported there (uid -> message) instead of
-        failing the whole listing, so one corrupt file does not hold back every claim.
+        failing the whole listing, so one corrupt file does not hold back every claim.  With
+        ``quarantined``, an unreadable record is moved into quarantine/ and reported there
+        (uid -> where it went and why): it would never become readable by waiting.
         """
         pending = []
         for uid in self._list("outbox"):
             try:
                 record = self.read_outbox(uid)
+            except BadRecord as exc:
+                if quarantined is not None:
+                    target = self.quarantine(exc.path)
+                    if target is not None:
+                        quarantined[uid] = f"moved aside to {target}: {exc}"
+                    continue
+                if errors is None:
+                    raise
+                errors[uid] = str(exc)
+                continue
             except StateError as exc:
                 if errors is None:
                     raise

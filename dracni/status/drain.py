@@ -30,12 +30,15 @@ class DrainReport:
     failed: dict[str, str] = field(default_factory=dict)  # claim uid -> error; stays pending
     forbidden: set[str] = field(default_factory=set)  # of ``failed``: refused by authorization
     dropped: dict[str, str] = field(default_factory=dict)  # claim uid -> final error; not retried
+    #: claim uid -> where its unreadable outbox record went (quarantine/) and why; not retried
+    quarantined: dict[str, str] = field(default_factory=dict)
 
 
 def _pending(state: StateDir, report: DrainReport) -> list[StatusOutbox]:
-    """Pending outbox records; an unreadable record is reported instead of failing them all."""
+    """Pending outbox records; an unreadable record is quarantined and reported instead of
+    failing them all."""
     try:
-        return state.pending_outbox(errors=report.failed)
+        return state.pending_outbox(errors=report.failed, quarantined=report.quarantined)
     except StateError as exc:  # the outbox directory itself cannot be listed
         report.failed["*"] = str(exc)
         return []

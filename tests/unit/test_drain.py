@@ -148,7 +148,32 @@ def test_corrupt_record_does_not_block_the_others(state):
     sink = RecordingSink()
     report = drain_outbox(state, sink, driver=DRIVER)
     assert report.published == 1
-    assert list(report.failed) == ["claim-uid-9"]
+    # waiting would never make it readable: moved aside intact (issue 12 item 3), not retried
+    assert not report.failed and list(report.quarantined) == ["claim-uid-9"]
+    (moved,) = os.listdir(os.path.join(state.root, "quarantine"))
+    assert moved.startswith("outbox+claim-uid-9.") and moved in report.quarantined["claim-uid-9"]
+    with open(os.path.join(state.root, "quarantine", moved)) as f:
+        assert f.read() == "{broken"
+    assert drain_outbox(state, sink, driver=DRIVER) == DrainReport()
+
+
+def test_the_publisher_logs_a_quarantined_outbox_record_once_and_counts_it(tmp_path, caplog) -> None:
+    import logging
+
+    from dracni.service import metrics
+    from dracni.service.status_publisher import StatusPublisher
+
+    state = StateDir(str(tmp_path / "state"))
+    state.update_outbox(claim(1), add(fact("net1")))
+    with open(os.path.join(state.root, "outbox", "claim-uid-1.json"), "w") as f:
+        f.write('{"schema": 2, "kind": "StatusOutbox"}')  # a newer dracni's, after a downgrade
+    publisher = StatusPublisher(state, RecordingSink(), DRIVER)
+    with caplog.at_level(logging.WARNING, logger="dracni.service.status_publisher"):
+        assert publisher._drain_once(0.0) == 0.0
+        assert publisher._drain_once(0.0) == 0.0
+    lines = [r.getMessage() for r in caplog.records if "unreadable" in r.getMessage()]
+    assert len(lines) == 1 and "claim-uid-1" in lines[0] and "schema 2" in lines[0]
+    assert metrics.REGISTRY.get_sample_value("dracni_state_quarantined_records") == 1
 
 
 def test_drain_into_local_sink(state, tmp_path):
