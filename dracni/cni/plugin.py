@@ -288,8 +288,11 @@ class MetaPlugin:
 
     def _forward_gc(self, kept: list[Attachment]) -> list[str]:
         """GC each delegate network that speaks 1.1.0, listing the attachments still valid."""
+        from ..state.store import BadRecord
+
         networks: dict[tuple[str, str], JSON] = {}
-        for claim in self.state.list_claims():
+        unreadable: list[BadRecord] = []  # the service's records: reported by inspect, left in place
+        for claim in self.state.list_claims(unreadable):
             for spec in claim.get("devices", []):
                 for plugin in spec["config"]["plugins"]:
                     networks.setdefault((spec["config"]["name"], plugin.get("type")), {"plugin": plugin, "valid": []})

@@ -693,6 +693,28 @@ def test_gc_whose_stale_delegate_cannot_run_is_code_11(cni):
     assert not attachment_exists(cni.state_dir, container_id="other")  # GC kept going
 
 
+def test_gc_moves_an_unreadable_record_aside_and_goes_on(cni):
+    put_attachment(cni.state_dir, container_id="stale")
+    attachments = os.path.join(cni.state_dir, "attachments")
+    with open(os.path.join(attachments, "net+broken+eth0.json"), "w") as f:
+        f.write("{torn")
+    os.makedirs(os.path.join(cni.state_dir, "claims"), exist_ok=True)
+    with open(os.path.join(cni.state_dir, "claims", "claim-9.json"), "w") as f:
+        f.write("{torn")  # a prepared claim GC cannot read: skipped, left for the service and inspect
+    cni.ok("GC", conf=cni.conf(**{"cni.dev/valid-attachments": []}))
+    assert os.listdir(attachments) == []
+    (moved,) = os.listdir(os.path.join(cni.state_dir, "quarantine"))
+    assert moved.startswith("attachments+net+broken+eth0.")
+
+
+def test_check_reports_an_unreadable_record_as_code_5(cni):
+    os.makedirs(os.path.join(cni.state_dir, "attachments"))
+    with open(os.path.join(cni.state_dir, "attachments", "net+c0ffee+eth0.json"), "w") as f:
+        f.write('{"schema": 2, "kind": "Attachment"}')
+    cni.error(5, "schema 2, newer than this dracni's 1", command="CHECK")
+    assert os.listdir(os.path.join(cni.state_dir, "attachments")) == ["net+c0ffee+eth0.json"]  # CHECK only reads
+
+
 # -- code 50: STATUS unavailable -------------------------------------------------------------------------
 
 
