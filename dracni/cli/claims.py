@@ -186,11 +186,11 @@ def inspect(state_dir: str, as_json: bool) -> None:
     for o in pending:
         click.echo(f"  {o['claim']['namespace']}/{o['claim']['name']} seq={o['seq']} published={o['publishedSeq']}")
     click.echo(f"unreadable records: {len(bad)}")
-    for b in bad:
-        click.echo(f"  {b.path}: {b}")
+    for b in bad:  # each message names its file
+        click.echo(f"  {b}")
     click.echo(f"quarantined records: {len(quarantined)}")
     for path, reason in quarantined:
-        click.echo(f"  {path}: {reason}")
+        click.echo(f"  {reason}" if path in reason else f"  {path}: {reason}")
 
 
 @click.command()
