@@ -167,14 +167,18 @@ class MetaPlugin:
 
     def _read_for_del(self) -> Attachment | None:
         """The attachment record; an unreadable one (corrupt, a key missing, a newer schema) is
-        quarantined and DEL goes on as if it were gone: it never blocks the runtime's DEL."""
-        from ..state.store import BadRecord
+        quarantined and DEL goes on as if it were gone: it never blocks the runtime's DEL (not
+        even when it cannot be moved: it stays, and every DEL goes on without it)."""
+        from ..state.store import BadRecord, StateError
 
         req = self.req
         try:
             return self.state.read_attachment(req.network, req.container_id, req.ifname)
         except BadRecord as exc:
-            self.state.quarantine(exc.path)
+            try:
+                self.state.quarantine(exc.path)
+            except StateError as failure:
+                log.warning(f"DEL goes on without an unreadable record it cannot move aside: {failure}; {exc}")
             return None
 
     def _runtime(self, ifname: str) -> RuntimeConf:

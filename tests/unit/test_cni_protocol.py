@@ -772,6 +772,20 @@ def test_del_quarantines_an_unreadable_record_and_succeeds(cni, capsys, content)
     assert len(lines) == 1 and "WARNING" in lines[0] and "moved an unreadable state record aside" in lines[0]
 
 
+def test_del_goes_on_when_an_unreadable_record_cannot_be_moved_aside(cni, capsys):
+    attachments = os.path.join(cni.state_dir, "attachments")
+    os.makedirs(attachments)
+    with open(os.path.join(attachments, "net+c0ffee+eth0.json"), "w") as f:
+        f.write("{torn")
+    with open(os.path.join(cni.state_dir, "quarantine"), "w") as f:
+        f.write("a file where the quarantine directory would go")
+    capsys.readouterr()
+    assert cni.run("DEL") == (0, b"")
+    assert os.listdir(attachments) == ["net+c0ffee+eth0.json"]
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "cannot quarantine" in lines[0] and "corrupt state record" in lines[0]
+
+
 # -- error objects ------------------------------------------------------------------------------------
 
 
