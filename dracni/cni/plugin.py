@@ -15,7 +15,7 @@ from .conflist import RuntimeConf, add_chain, build_chain, check_chain, del_chai
 from .errors import CNIError
 from .log import log
 from .plan import PlannedDevice, plan
-from .versions import LATEST, at_least, from_current
+from .versions import LATEST, at_least, from_current, require_command_version
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -219,6 +219,7 @@ class MetaPlugin:
     # -- GC -------------------------------------------------------------------------------
     def gc(self) -> None:
         req = self.req
+        require_command_version(req.cni_version, "GC")
         valid = _valid_attachments(req.conf)
         problems = []
         kept = []
@@ -268,8 +269,24 @@ class MetaPlugin:
 
     # -- STATUS ---------------------------------------------------------------------------
     def status(self) -> None:
+        """Can dracni serve ADD?  Never creates the state dir (a missing one: can ADD make it?)."""
+        import os
+
         from ..state.store import StateError
 
+        require_command_version(self.req.cni_version, "STATUS")
+        root = self.state.root
+        existing = root
+        while not os.path.lexists(existing) and existing != os.path.dirname(existing):
+            existing = os.path.dirname(existing)
+        if existing != root:  # ADD would create it: can it?
+            if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+                raise CNIError(
+                    E.NOT_AVAILABLE,
+                    f"dracni cannot serve ADD: state directory {root} does not exist and cannot be created "
+                    f"({existing} is not a writable directory)",
+                )
+            return
         try:
             self.state.check_usable()
         except StateError as exc:
