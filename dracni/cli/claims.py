@@ -74,7 +74,9 @@ def prepare(
         devices=NodeDevices(netns=nic_netns, sharing=nic_sharing(sharing_rules, nic_slots, max_attachments)),
     )
     outcomes = helper.prepare(refs)
-    failed = 0
+    failed = len(source.skipped)
+    for message in source.skipped:
+        click.echo(f"error: {message}", err=True)
     for uid, outcome in outcomes.items():
         if outcome.error:
             failed += 1
@@ -192,18 +194,17 @@ def validate(
     ResourceClaimTemplates and DeviceClasses (whose networks the claims' choices are checked
     against).  What needs the allocated device (which NIC master names) is checked on the node.
     """
-    import yaml
-
+    from ..claims.manifests import ClaimSourceError, TooDeep, read_documents
     from ..claims.params import ParameterError
     from ..policy.offline import check_found, class_networks, configs_in
 
     policy = tenant_policy(policy_file, claim_configs, allow_types, allow_ipam_types)
     try:
-        with open(path, "rb") as f:
-            docs = [d for d in yaml.safe_load_all(f) if d is not None]
-    except yaml.YAMLError as exc:
-        raise click.ClickException(f"{path}: not YAML or JSON: {exc}") from None
-    found = [item for doc in docs for item in configs_in(doc, driver, path)]
+        docs = [d for d in read_documents(path) if d is not None]
+    except ClaimSourceError as exc:
+        raise click.ClickException(f"not YAML or JSON: {exc}") from None
+    skipped = [d.message for d in docs if isinstance(d, TooDeep)]
+    found = [item for doc in docs if not isinstance(doc, TooDeep) for item in configs_in(doc, driver, path)]
     networks = class_networks(found)
     problems = []
     for item in found:
@@ -211,8 +212,10 @@ def validate(
             check_found(item, policy, networks)
         except ParameterError as exc:
             problems.append(f"{item.where}: {exc}")
-    for p in problems:
+    for p in skipped + problems:
         click.echo(p, err=True)
     click.echo(f"{len(found) - len(problems)} of {len(found)} parameter set(s) valid")
-    if problems or not found:
+    if skipped:
+        click.echo(f"{len(skipped)} document(s) skipped", err=True)
+    if problems or skipped or not found:
         sys.exit(1)
