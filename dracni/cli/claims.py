@@ -123,13 +123,20 @@ def publish_status(claims_path: str, state_dir: str, driver: str) -> None:
     from ..status.sink import LocalStatusSink
 
     source = manifests_at(claims_path)
-    report = drain_outbox(state_at(state_dir), LocalStatusSink(source.path_of), driver=driver)
+    sink = LocalStatusSink(source.path_of)
+    report = drain_outbox(state_at(state_dir), sink, driver=driver)
     click.echo(f"published {report.published} claim status update(s)")
-    for uid, error in sorted(report.failed.items()):
+    unmatched = {uid: report.failed[uid] for uid in sink.unmatched if uid in report.failed}
+    errors = {uid: error for uid, error in report.failed.items() if uid not in unmatched}
+    for uid, reason in sorted(unmatched.items()):
+        click.echo(f"claim {uid}: kept pending: {reason}", err=True)
+    for uid, error in sorted(errors.items()):
         click.echo(f"claim {uid}: not published, will retry: {error}", err=True)
     for uid, error in sorted(report.dropped.items()):
         click.echo(f"claim {uid}: dropped: {error}", err=True)
-    if report.failed or report.dropped:
+    if unmatched:
+        click.echo(f"{len(unmatched)} claim(s) kept pending: their manifests are not in {claims_path}", err=True)
+    if errors or report.dropped:
         sys.exit(1)
 
 
