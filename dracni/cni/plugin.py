@@ -52,7 +52,13 @@ class MetaPlugin:
         if not claims:
             log.debug("no prepared claims for this pod: pass-through")
             return req.passthrough_result()
-        planned = plan(claims, req.ifname)
+        earlier = self.state.read_attachment(req.network, req.container_id, req.ifname)
+        if earlier is not None and earlier.get("state") == "ready":
+            # A repeated ADD (the runtime gave up waiting and asked again): the first ADD's
+            # interfaces are in place; running the delegates again would clash with them.
+            log.info("ADD repeated for an attachment already made: answering its recorded result")
+            return self._answer(earlier)
+        planned = plan(claims, req.ifname, self._names_in_use())
         record = R.new_attachment(
             network=req.network,
             container_id=req.container_id,
@@ -85,10 +91,31 @@ class MetaPlugin:
             self.state.put_attachment(record)
             self._publish_facts(record)
         log.info(f"ADD attached {', '.join(d['ifName'] for d in record['devices'])}")
-        if req.prev_result is not None:
-            prev: JSON = req.conf["prevResult"]
+        return self._answer(record)
+
+    def _answer(self, record: Attachment) -> JSON:
+        """ADD's result: the chain's prevResult when there is one, else the devices' results."""
+        if self.req.prev_result is not None:
+            prev: JSON = self.req.conf["prevResult"]
             return prev
-        return from_current(merge_results([d["result"] for d in record["devices"] if d["result"]]), req.cni_version)
+        results = [d["result"] for d in record["devices"] if d["result"] is not None]
+        return from_current(merge_results(results), self.req.cni_version)
+
+    def _names_in_use(self) -> dict[str, str]:
+        """Interface names that exist before this ADD: prevResult's and the pod netns's links."""
+        in_use = {}
+        prev = self.req.prev_result or {}
+        for iface in prev.get("interfaces") or []:
+            if isinstance(iface.get("name"), str) and iface["name"]:
+                in_use[iface["name"]] = "an interface of prevResult"
+        from .netcheck import link_names
+
+        present = link_names(self.req.netns)
+        if present is None:
+            log.warning(f"cannot list the links of netns {self.req.netns}: interface names not checked there")
+        for name in sorted(present or ()):
+            in_use.setdefault(name, "a link already in the pod's netns")
+        return in_use
 
     def _add_device(self, dev: AttachedDevice) -> None:
         dev["result"] = add_chain(self.runner, dev["delegates"], self._runtime(dev["ifName"]))
