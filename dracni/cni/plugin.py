@@ -58,6 +58,8 @@ class MetaPlugin:
             # interfaces are in place; running the delegates again would clash with them.
             log.info("ADD repeated for an attachment already made: answering its recorded result")
             return self._answer(earlier)
+        if earlier is not None:  # an earlier attempt failed or was killed: undo what it made first
+            self._undo_earlier(earlier)
         planned = plan(claims, req.ifname, self._names_in_use())
         record = R.new_attachment(
             network=req.network,
@@ -92,6 +94,26 @@ class MetaPlugin:
             self._publish_facts(record)
         log.info(f"ADD attached {', '.join(d['ifName'] for d in record['devices'])}")
         return self._answer(record)
+
+    def _undo_earlier(self, earlier: Attachment) -> None:
+        """DEL what an earlier, unfinished ADD of this same attachment made (its names were free
+        when it planned them, so they are its own), so the new ADD neither clashes with nor
+        leaks them."""
+        if earlier.get("state") == "adding":
+            from .delegate import kill_leftovers
+
+            kill_leftovers(self.req.container_id)
+        problems = []
+        for dev in reversed(earlier["devices"]):
+            problems += self._del_device(dev)
+        if problems:
+            self.state.put_attachment(earlier)
+            raise CNIError(
+                E.TRY_AGAIN_LATER,
+                f"an earlier ADD of this attachment could not be undone: {problems[0]}",
+                "; ".join(problems[1:]),
+            )
+        log.info(f"ADD: undid the earlier {earlier.get('state')} attempt of this attachment first")
 
     def _answer(self, record: Attachment) -> JSON:
         """ADD's result: the chain's prevResult when there is one, else the devices' results."""

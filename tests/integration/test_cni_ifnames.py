@@ -17,7 +17,14 @@ def pre_existing_link(pod, name: str) -> str:
 
 
 def dracni_conf(lab, **extra) -> dict:
-    return {"cniVersion": "1.0.0", "name": "podnet", "type": "dracni", "stateDir": str(lab.state_dir), **extra}
+    return {
+        "cniVersion": "1.0.0",
+        "name": "podnet",
+        "type": "dracni",
+        "stateDir": str(lab.state_dir),
+        "logFile": str(lab.log_file),
+        **extra,
+    }
 
 
 def direct(lab, command: str, pod, pod_uid: str, conf: dict):
@@ -134,3 +141,26 @@ def test_del_reports_an_address_it_cannot_release_without_the_parent(lab, pod_ui
     lab.cnitool("del", pod, pod_uid=pod_uid)
     assert ipam_reservations(lab, "mv") == []
     assert not list((lab.state_dir / "attachments").iterdir())
+
+
+def test_an_add_after_an_interrupted_one_undoes_it_first_and_leaks_nothing(lab, pod_uid):
+    """A killed ADD leaves its record in state "adding" with what it made (net1, an address);
+    the runtime's next ADD of the same attachment DELs that first, then attaches afresh."""
+    lab.write_conflist()
+    lab.prepare(one_device_claim("mv", pod_uid, [macvlan(lab)]))
+    pod = lab.pod()
+    first = result_of(lab.cnitool("add", pod, pod_uid=pod_uid))
+    (record_file,) = (lab.state_dir / "attachments").iterdir()
+    record = json.loads(record_file.read_text())
+    record["state"] = "adding"  # as a dracni killed before its last write leaves it
+    record_file.write_text(json.dumps(record))
+
+    proc = direct(lab, "ADD", pod, pod_uid, dracni_conf(lab, prevResult=first))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    links = pod.links()
+    (address,) = ipam_reservations(lab, "mv")  # one address: the first was released
+    assert addresses(links, "net1") == [f"{address}/24"] and "net2" not in links
+    assert "undid the earlier adding attempt" in lab.read_log()
+
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+    assert "net1" not in pod.links() and ipam_reservations(lab, "mv") == []
