@@ -23,6 +23,7 @@ def dracni_conf(lab, **extra) -> dict:
         "type": "dracni",
         "stateDir": str(lab.state_dir),
         "logFile": str(lab.log_file),
+        "logLevel": "info",
         **extra,
     }
 
