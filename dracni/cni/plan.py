@@ -1,7 +1,9 @@
 """Which devices a pod gets, in which order, under which interface names.
 
 The pod's prepared claims are ordered by namespace/name/uid and their devices by position,
-so a retried ADD (and a DEL without a record) plans exactly what the first ADD did.
+so a DEL without a record plans what the ADD did, as long as the ADD found no name in use (a
+name in prevResult or in the pod's netns is skipped by ADD, and DEL without a record cannot
+know it was).
 """
 
 from __future__ import annotations
