@@ -57,6 +57,7 @@ def prepare(
     are allocated from this node's pool, and the tenant policy.
     """
     from ..inventory.lookup import NodeDevices
+    from ..kubelet.answers import uid_problem
     from ..kubelet.helper import ClaimRef, KubeletPluginHelper
 
     policy = tenant_policy(policy_file, claim_configs, allow_types, allow_ipam_types)
@@ -73,10 +74,14 @@ def prepare(
         policy=policy,
         devices=NodeDevices(netns=nic_netns, sharing=nic_sharing(sharing_rules, nic_slots, max_attachments)),
     )
-    outcomes = helper.prepare(refs)
     failed = len(source.skipped)
     for message in source.skipped:
         click.echo(f"error: {message}", err=True)
+    bad = {ref.uid: problem for ref in refs if (problem := uid_problem(ref.uid))}
+    for uid, problem in bad.items():
+        failed += 1
+        click.echo(f"claim {uid}: error: {problem}", err=True)
+    outcomes = helper.prepare([ref for ref in refs if ref.uid not in bad])
     for uid, outcome in outcomes.items():
         if outcome.error:
             failed += 1

@@ -244,3 +244,18 @@ def test_a_too_deep_manifest_document_is_skipped_the_others_load(tmp_path: Path)
         f"{tmp_path}/a.json: document 1: nested too deeply: the limit is {MAX_MANIFEST_DEPTH} levels; document skipped",
         f"{tmp_path}/b.yaml: document 2: nested too deeply: the limit is {MAX_MANIFEST_DEPTH} levels; document skipped",
     ]
+
+
+def test_prepare_cli_answers_a_malformed_uid_without_a_traceback(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from dracni.cli import main as cli
+
+    (tmp_path / "claims").mkdir()
+    (tmp_path / "claims" / "c.json").write_text(json.dumps(make_claim("c1", "a/b")))
+    result = CliRunner().invoke(cli, ["prepare", str(tmp_path / "claims"), f"--state-dir={tmp_path / 'state'}"])
+    assert result.exit_code == 1, result.output
+    assert "claim a/b: error: malformed claim UID 'a/b'" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
