@@ -37,6 +37,21 @@ MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 STATUS_SUFFIX = ".status.json"
 _UID_PREFIX = "https://dracni.io/clusterless/resourceclaims/"
 
+#: How deep a manifest document may nest.  The YAML composer and the JSON decoder recurse per
+#: level: a deeper document is refused on its own (named, with this limit) before it is
+#: built, and the file's other documents and the other files still load.  Claim parameters
+#: have their own, tighter limit (``dracni.claims.params.MAX_PARAMETER_DEPTH``).
+MAX_MANIFEST_DEPTH = 100
+
+
+class TooDeep:
+    """A manifest document refused for its nesting; stands in its place in a file's documents."""
+
+    def __init__(self, path: str, index: int) -> None:
+        self.message = (
+            f"{path}: document {index}: nested too deeply: the limit is {MAX_MANIFEST_DEPTH} levels; document skipped"
+        )
+
 
 class ClaimSourceError(Exception):
     """The claim source cannot be read (missing path, syntax error, conflicting claims)."""
@@ -52,6 +67,8 @@ class ManifestClaimSource:
 
     def __init__(self, path: str) -> None:
         self.path = os.path.abspath(path)
+        #: Documents the last read skipped (too deeply nested), one message each.
+        self.skipped: builtins.list[str] = []
 
     def list(self) -> list[dict[str, Any]]:
         """Every claim, in file-name then document order."""
@@ -98,8 +115,9 @@ class ManifestClaimSource:
         loaded: list[tuple[dict[str, Any], str]] = []
         by_name: dict[tuple[str, str], str] = {}
         by_uid: dict[str, str] = {}
+        skipped: list[str] = []
         for path in self._files():
-            for claim in _claims_in(path):
+            for claim in _claims_in(path, skipped):
                 meta = claim["metadata"]
                 key = (meta["namespace"], meta["name"])
                 if key in by_name:
@@ -111,6 +129,7 @@ class ManifestClaimSource:
                     )
                 by_name[key] = by_uid[meta["uid"]] = path
                 loaded.append((claim, path))
+        self.skipped = skipped
         return loaded
 
 
@@ -118,15 +137,23 @@ def _is_manifest_name(name: str) -> bool:
     return not name.startswith(".") and name.endswith(MANIFEST_SUFFIXES) and not name.endswith(STATUS_SUFFIX)
 
 
-def _claims_in(path: str) -> Iterator[dict[str, Any]]:
+def _claims_in(path: str, skipped: list[str]) -> Iterator[dict[str, Any]]:
     for index, doc in enumerate(_documents(path)):
         if doc is None:
+            continue
+        if isinstance(doc, TooDeep):
+            skipped.append(doc.message)
             continue
         if not isinstance(doc, dict):
             raise ClaimSourceError(f"{path}: document {index + 1} is not a mapping")
         for obj in _expand_lists(doc, path):
             if _is_claim(obj):
                 yield _normalise(obj, path)
+
+
+def read_documents(path: str) -> list[Any]:
+    """The documents of a manifest file (JSON: one); a too deeply nested one is a ``TooDeep``."""
+    return _documents(path)
 
 
 def _documents(path: str) -> list[Any]:
@@ -142,11 +169,16 @@ def _documents(path: str) -> list[Any]:
 
 def _parse_json(data: bytes, path: str) -> Any:
     try:
-        return json.loads(data)
+        doc = json.loads(data)
+    except RecursionError:
+        return TooDeep(path, 1)
     except json.JSONDecodeError as exc:
         raise ClaimSourceError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})") from None
     except UnicodeDecodeError as exc:
         raise ClaimSourceError(f"{path}: not UTF-8 text: {exc.reason}") from None
+    from .params import nesting_depth
+
+    return TooDeep(path, 1) if nesting_depth(doc, MAX_MANIFEST_DEPTH) > MAX_MANIFEST_DEPTH else doc
 
 
 @lru_cache(maxsize=1)
@@ -166,7 +198,18 @@ def _parse_yaml(data: bytes, path: str) -> list[Any]:
     import yaml
 
     try:
-        return list(yaml.load_all(data, Loader=_yaml_loader()))
+        documents = _document_events(data)
+        if all(depth <= MAX_MANIFEST_DEPTH for _, depth in documents):
+            return list(yaml.load_all(data, Loader=_yaml_loader()))
+        # Some document is too deep for the (recursive) composer: load the others one by one.
+        docs: list[Any] = []
+        for index, (events, depth) in enumerate(documents):
+            if depth > MAX_MANIFEST_DEPTH:
+                docs.append(TooDeep(path, index + 1))
+                continue
+            text = yaml.emit([yaml.StreamStartEvent(), *events, yaml.StreamEndEvent()])
+            docs.append(yaml.load(text, Loader=_yaml_loader()))
+        return docs
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{path}:{mark.line + 1}" if mark is not None else path
@@ -174,6 +217,29 @@ def _parse_yaml(data: bytes, path: str) -> list[Any]:
         raise ClaimSourceError(f"{where}: invalid YAML: {problem or exc}") from None
     except yaml.YAMLError as exc:
         raise ClaimSourceError(f"{path}: invalid YAML: {exc}") from None
+
+
+def _document_events(data: bytes) -> list[tuple[list[Any], int]]:
+    """Each document's parser events and how deep it nests: the parser is iterative, so this
+    is safe at any depth (the composer, which builds the objects, is not)."""
+    import yaml
+
+    documents: list[tuple[list[Any], int]] = []
+    events: list[Any] = []
+    depth = deepest = 0
+    for event in yaml.parse(data, Loader=_yaml_loader()):
+        if isinstance(event, (yaml.StreamStartEvent, yaml.StreamEndEvent)):
+            continue
+        events.append(event)
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+        elif isinstance(event, yaml.DocumentEndEvent):
+            documents.append((events, deepest))
+            events, deepest = [], 0
+    return documents
 
 
 def _expand_lists(doc: dict[str, Any], path: str) -> list[dict[str, Any]]:

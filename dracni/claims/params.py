@@ -30,6 +30,11 @@ _PLAIN_KEY = re.compile(r"\A[A-Za-z_][A-Za-z0-9_\-]*\Z")
 _IFNAMSIZ = 15  # bytes, without the terminating NUL
 _VALUE_LIMIT = 80
 
+#: How deep the opaque parameters may nest (objects and arrays).  A real config needs fewer
+#: than ten levels; the limit keeps the recursive schema check and copies far from Python's
+#: recursion limit, whatever a tenant sends.
+MAX_PARAMETER_DEPTH = 32
+
 
 class DeviceParameters(TypedDict):
     """Validated, normalised parameters of one device: the attachment part of a ``DeviceSpec``.
@@ -66,6 +71,7 @@ def validate_parameters(params: object, *, where: str = "parameters") -> DeviceP
     """
     if not isinstance(params, dict):
         raise ParameterError(where, f"must be a JSON object, not {_json_type(params)}")
+    _check_depth(params, where)
     params = _decode_config(params, where)
     _check_schema(params, where)
     raw = params.get("config")
@@ -103,12 +109,46 @@ def _decode_config(params: dict[str, Any], where: str) -> dict[str, Any]:
         decoded = json.loads(config)
     except json.JSONDecodeError as exc:
         raise ParameterError(f"{where}.config", f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ParameterError(f"{where}.config", _too_deep()) from None
     if not isinstance(decoded, dict):
         raise ParameterError(
             f"{where}.config",
             f"the JSON string holds {_json_type(decoded)}, not a conflist or plugin config object",
         )
+    _check_depth(decoded, f"{where}.config", base=1)
     return {**params, "config": decoded}
+
+
+def nesting_depth(value: object, stop_after: int) -> int:
+    """How deep ``value`` nests objects and arrays (a scalar: 0), counted without recursion;
+    counting stops once past ``stop_after``."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        children: Iterable[object]
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        depth += 1
+        deepest = max(deepest, depth)
+        if deepest > stop_after:
+            return deepest
+        stack.extend((child, depth) for child in children)
+    return deepest
+
+
+def _check_depth(value: object, field: str, base: int = 0) -> None:
+    if base + nesting_depth(value, MAX_PARAMETER_DEPTH - base) > MAX_PARAMETER_DEPTH:
+        raise ParameterError(field, _too_deep())
+
+
+def _too_deep() -> str:
+    return f"nested too deeply: the limit is {MAX_PARAMETER_DEPTH} levels of objects and arrays"
 
 
 def _check_schema(params: dict[str, Any], where: str) -> None:

@@ -57,6 +57,7 @@ def prepare(
     are allocated from this node's pool, and the tenant policy.
     """
     from ..inventory.lookup import NodeDevices
+    from ..kubelet.answers import uid_problem
     from ..kubelet.helper import ClaimRef, KubeletPluginHelper
 
     policy = tenant_policy(policy_file, claim_configs, allow_types, allow_ipam_types)
@@ -73,8 +74,14 @@ def prepare(
         policy=policy,
         devices=NodeDevices(netns=nic_netns, sharing=nic_sharing(sharing_rules, nic_slots, max_attachments)),
     )
-    outcomes = helper.prepare(refs)
-    failed = 0
+    failed = len(source.skipped)
+    for message in source.skipped:
+        click.echo(f"error: {message}", err=True)
+    bad = {ref.uid: problem for ref in refs if (problem := uid_problem(ref.uid))}
+    for uid, problem in bad.items():
+        failed += 1
+        click.echo(f"claim {uid}: error: {problem}", err=True)
+    outcomes = helper.prepare([ref for ref in refs if ref.uid not in bad])
     for uid, outcome in outcomes.items():
         if outcome.error:
             failed += 1
@@ -121,15 +128,22 @@ def publish_status(claims_path: str, state_dir: str, driver: str) -> None:
     from ..status.sink import LocalStatusSink
 
     source = manifests_at(claims_path)
-    report = drain_outbox(state_at(state_dir), LocalStatusSink(source.path_of), driver=driver)
+    sink = LocalStatusSink(source.path_of)
+    report = drain_outbox(state_at(state_dir), sink, driver=driver)
     click.echo(f"published {report.published} claim status update(s)")
-    for uid, error in sorted(report.failed.items()):
+    unmatched = {uid: report.failed[uid] for uid in sink.unmatched if uid in report.failed}
+    errors = {uid: error for uid, error in report.failed.items() if uid not in unmatched}
+    for uid, reason in sorted(unmatched.items()):
+        click.echo(f"claim {uid}: kept pending: {reason}", err=True)
+    for uid, error in sorted(errors.items()):
         click.echo(f"claim {uid}: not published, will retry: {error}", err=True)
     for uid, error in sorted(report.dropped.items()):
         click.echo(f"claim {uid}: dropped: {error}", err=True)
     for uid, error in sorted(report.quarantined.items()):
         click.echo(f"claim {uid}: unreadable status outbox record: {error}", err=True)
-    if report.failed or report.dropped:
+    if unmatched:
+        click.echo(f"{len(unmatched)} claim(s) kept pending: their manifests are not in {claims_path}", err=True)
+    if errors or report.dropped:
         sys.exit(1)
 
 
@@ -211,18 +225,17 @@ def validate(
     ResourceClaimTemplates and DeviceClasses (whose networks the claims' choices are checked
     against).  What needs the allocated device (which NIC master names) is checked on the node.
     """
-    import yaml
-
+    from ..claims.manifests import ClaimSourceError, TooDeep, read_documents
     from ..claims.params import ParameterError
     from ..policy.offline import check_found, class_networks, configs_in
 
     policy = tenant_policy(policy_file, claim_configs, allow_types, allow_ipam_types)
     try:
-        with open(path, "rb") as f:
-            docs = [d for d in yaml.safe_load_all(f) if d is not None]
-    except yaml.YAMLError as exc:
-        raise click.ClickException(f"{path}: not YAML or JSON: {exc}") from None
-    found = [item for doc in docs for item in configs_in(doc, driver, path)]
+        docs = [d for d in read_documents(path) if d is not None]
+    except ClaimSourceError as exc:
+        raise click.ClickException(f"not YAML or JSON: {exc}") from None
+    skipped = [d.message for d in docs if isinstance(d, TooDeep)]
+    found = [item for doc in docs if not isinstance(doc, TooDeep) for item in configs_in(doc, driver, path)]
     networks = class_networks(found)
     problems = []
     for item in found:
@@ -230,8 +243,10 @@ def validate(
             check_found(item, policy, networks)
         except ParameterError as exc:
             problems.append(f"{item.where}: {exc}")
-    for p in problems:
+    for p in skipped + problems:
         click.echo(p, err=True)
     click.echo(f"{len(found) - len(problems)} of {len(found)} parameter set(s) valid")
-    if problems or not found:
+    if skipped:
+        click.echo(f"{len(skipped)} document(s) skipped", err=True)
+    if problems or skipped or not found:
         sys.exit(1)

@@ -148,19 +148,62 @@ def del_chain(runner: DelegateRunner, delegates: list[Delegate], result: JSON | 
     idempotent and an ADD may fail half-way).  But only a delegate whose ADD succeeded
     and was not yet released can hold something: its DEL errors are returned so the
     runtime retries; others are logged (Debian's macvlan, for one, fails DEL when its
-    master link is gone, which would otherwise wedge the pod forever).
+    master link is gone, which would otherwise wedge the pod forever).  When a delegate's
+    DEL fails because its parent link is gone (``release_without_parent``), its IPAM is
+    released directly; what still could not be released is returned.
     """
     problems = []
     for delegate in reversed(delegates):
+        conf = _with_prev(delegate, result)
         try:
-            rt.exec(runner, delegate, "DEL", _with_prev(delegate, result))
+            rt.exec(runner, delegate, "DEL", conf)
             delegate["added"] = False
         except CNIError as exc:
-            if delegate.get("added"):
-                problems.append(f"{rt.ifname}: {exc.msg}")
-            else:
+            if not delegate.get("added"):
                 log.warning(f"DEL of {rt.ifname} delegate {delegate['type']} (never added): {exc.msg}")
+                continue
+            problem = release_without_parent(runner, delegate, conf, rt, exc)
+            if problem is None:
+                delegate["added"] = False
+            else:
+                problems.append(f"{rt.ifname}: {problem}")
     return problems
+
+
+#: What a delegate's DEL says when the link its interface hangs off is gone (netlink's
+#: ENODEV as vishvananda/netlink words it, and the kernel's own).
+_PARENT_GONE = ("link not found", "no such device")
+
+
+def release_without_parent(
+    runner: DelegateRunner, delegate: Delegate, conf: JSON, rt: RuntimeConf, exc: CNIError
+) -> str | None:
+    """After a failed DEL: release the delegate's IPAM itself when its parent link is gone.
+
+    A macvlan or ipvlan whose master was removed is gone with it (the kernel deletes the
+    sub-interfaces), but the plugin's DEL looks the master up first and fails, so its IPAM
+    DEL never runs and the address stays allocated.  Here the IPAM plugin gets the DEL the
+    delegate would have sent (libcni's ``pkg/ipam`` ``ExecDel``: the delegate's own config,
+    same environment).  Returns None when released, else what could not be released.
+    """
+    failure = f"{exc.msg} {exc.details}".lower()
+    ipam = delegate["config"].get("ipam")
+    if not any(words in failure for words in _PARENT_GONE):
+        return exc.msg
+    if not isinstance(ipam, dict) or not isinstance(ipam.get("type"), str):
+        return f"{exc.msg} (its parent link is gone; it has no IPAM to release)"
+    try:
+        binary = runner.find(ipam["type"], "ipam.type")
+        runner.exec(
+            binary, "DEL", conf, ifname=rt.ifname, container_id=rt.container_id, netns=rt.netns, cni_args=rt.args
+        )
+    except CNIError as ipam_exc:
+        return f"{exc.msg}; its parent link is gone and the address could not be released: {ipam_exc.msg}"
+    log.warning(
+        f"DEL of {rt.ifname} delegate {delegate['type']} failed because its parent link is gone ({exc.msg}): "
+        f"released its IPAM ({ipam['type']}) directly"
+    )
+    return None
 
 
 def check_chain(runner: DelegateRunner, delegates: list[Delegate], result: JSON | None, rt: RuntimeConf) -> None:

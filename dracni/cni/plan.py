@@ -1,7 +1,9 @@
 """Which devices a pod gets, in which order, under which interface names.
 
 The pod's prepared claims are ordered by namespace/name/uid and their devices by position,
-so a retried ADD (and a DEL without a record) plans exactly what the first ADD did.
+so a DEL without a record plans what the ADD did, as long as the ADD found no name in use (a
+name in prevResult or in the pod's netns is skipped by ADD, and DEL without a record cannot
+know it was).
 """
 
 from __future__ import annotations
@@ -34,18 +36,22 @@ class PlannedDevice:
         return f"claim {self.claim['namespace']}/{self.claim['name']} request {self.spec['request']}"
 
 
-def plan(claims: list[PreparedClaim], primary_ifname: str) -> list[PlannedDevice]:
+def plan(claims: list[PreparedClaim], primary_ifname: str, in_use: dict[str, str] | None = None) -> list[PlannedDevice]:
     """Order the pod's devices and give each its interface name.
 
-    Claims are ordered by namespace/name/uid and devices by their position in the claim,
-    so a retried ADD gives every device the same ``netN`` as the first attempt.
+    Claims are ordered by namespace/name/uid and devices by their position in the claim, so a
+    DEL without a record plans what the ADD did.  ``in_use`` (name -> where it was seen: the
+    chain's prevResult, the pod's netns) holds names that exist before this ADD: automatic
+    names skip them and an explicit ifName among them is refused before any delegate runs,
+    so a rollback or DEL, which deletes links by name, only ever removes links this
+    attachment created.
     """
     devices = []
     for claim in sorted(claims, key=lambda c: (c.get("namespace", ""), c.get("name", ""), c["uid"])):
         ref = R.claim_ref(claim["uid"], claim.get("namespace", ""), claim.get("name", ""))
         for spec in claim.get("devices", []):
             devices.append(PlannedDevice(ref, claim.get("driver"), spec))
-    taken = {primary_ifname: "the runtime's primary interface"}
+    taken = {primary_ifname: "the runtime's primary interface", **(in_use or {})}
     for d in devices:
         name = d.spec.get("ifName")
         if name:

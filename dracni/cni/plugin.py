@@ -15,7 +15,7 @@ from .conflist import RuntimeConf, add_chain, build_chain, check_chain, del_chai
 from .errors import CNIError
 from .log import log
 from .plan import PlannedDevice, plan
-from .versions import LATEST, at_least, from_current
+from .versions import LATEST, at_least, from_current, require_command_version
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -53,7 +53,15 @@ class MetaPlugin:
         if not claims:
             log.debug("no prepared claims for this pod: pass-through")
             return req.passthrough_result()
-        planned = plan(claims, req.ifname)
+        earlier = self.state.read_attachment(req.network, req.container_id, req.ifname)
+        if earlier is not None and earlier.get("state") == "ready":
+            # A repeated ADD (the runtime gave up waiting and asked again): the first ADD's
+            # interfaces are in place; running the delegates again would clash with them.
+            log.info("ADD repeated for an attachment already made: answering its recorded result")
+            return self._answer(earlier)
+        if earlier is not None:  # an earlier attempt failed or was killed: undo what it made first
+            self._undo_earlier(earlier)
+        planned = plan(claims, req.ifname, self._names_in_use())
         record = R.new_attachment(
             network=req.network,
             container_id=req.container_id,
@@ -86,10 +94,51 @@ class MetaPlugin:
             self.state.put_attachment(record)
             self._publish_facts(record)
         log.info(f"ADD attached {', '.join(d['ifName'] for d in record['devices'])}")
-        if req.prev_result is not None:
-            prev: JSON = req.conf["prevResult"]
+        return self._answer(record)
+
+    def _undo_earlier(self, earlier: Attachment) -> None:
+        """DEL what an earlier, unfinished ADD of this same attachment made (its names were free
+        when it planned them, so they are its own), so the new ADD neither clashes with nor
+        leaks them."""
+        if earlier.get("state") == "adding":
+            from .delegate import kill_leftovers
+
+            kill_leftovers(self.req.container_id)
+        problems = []
+        for dev in reversed(earlier["devices"]):
+            problems += self._del_device(dev)
+        if problems:
+            self.state.put_attachment(earlier)
+            raise CNIError(
+                E.TRY_AGAIN_LATER,
+                f"an earlier ADD of this attachment could not be undone: {problems[0]}",
+                "; ".join(problems[1:]),
+            )
+        log.info(f"ADD: undid the earlier {earlier.get('state')} attempt of this attachment first")
+
+    def _answer(self, record: Attachment) -> JSON:
+        """ADD's result: the chain's prevResult when there is one, else the devices' results."""
+        if self.req.prev_result is not None:
+            prev: JSON = self.req.conf["prevResult"]
             return prev
-        return from_current(merge_results([d["result"] for d in record["devices"] if d["result"]]), req.cni_version)
+        results = [d["result"] for d in record["devices"] if d["result"] is not None]
+        return from_current(merge_results(results), self.req.cni_version)
+
+    def _names_in_use(self) -> dict[str, str]:
+        """Interface names that exist before this ADD: prevResult's and the pod netns's links."""
+        in_use = {}
+        prev = self.req.prev_result or {}
+        for iface in prev.get("interfaces") or []:
+            if isinstance(iface.get("name"), str) and iface["name"]:
+                in_use[iface["name"]] = "an interface of prevResult"
+        from .netcheck import link_names
+
+        present = link_names(self.req.netns)
+        if present is None:
+            log.warning(f"cannot list the links of netns {self.req.netns}: interface names not checked there")
+        for name in sorted(present or ()):
+            in_use.setdefault(name, "a link already in the pod's netns")
+        return in_use
 
     def _write_ahead(self, record: Attachment) -> None:
         """The ADD's first record write; a newer dracni's record of this attachment stays."""
@@ -259,6 +308,7 @@ class MetaPlugin:
     # -- GC -------------------------------------------------------------------------------
     def gc(self) -> None:
         req = self.req
+        require_command_version(req.cni_version, "GC")
         valid = _valid_attachments(req.conf)
         problems = []
         kept = []
@@ -317,8 +367,24 @@ class MetaPlugin:
 
     # -- STATUS ---------------------------------------------------------------------------
     def status(self) -> None:
+        """Can dracni serve ADD?  Never creates the state dir (a missing one: can ADD make it?)."""
+        import os
+
         from ..state.store import StateError
 
+        require_command_version(self.req.cni_version, "STATUS")
+        root = self.state.root
+        existing = root
+        while not os.path.lexists(existing) and existing != os.path.dirname(existing):
+            existing = os.path.dirname(existing)
+        if existing != root:  # ADD would create it: can it?
+            if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+                raise CNIError(
+                    E.NOT_AVAILABLE,
+                    f"dracni cannot serve ADD: state directory {root} does not exist and cannot be created "
+                    f"({existing} is not a writable directory)",
+                )
+            return
         try:
             self.state.check_usable()
         except StateError as exc:

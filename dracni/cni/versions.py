@@ -47,6 +47,22 @@ def require_supported(version: object, field: str = "cniVersion") -> str:
     return version
 
 
+#: Commands the spec introduced after 0.3.0, and the version that introduced each.
+COMMAND_SINCE = {"CHECK": "0.4.0", "GC": "1.1.0", "STATUS": "1.1.0"}
+
+
+def require_command_version(version: str, command: str) -> None:
+    """The spec's version rule for a command: a config older than the command's version gets
+    error 1 (libcni's ``pkg/skel`` ``PluginMainFuncsWithError``: "config version does not allow GC")."""
+    since = COMMAND_SINCE.get(command)
+    if since is not None and not at_least(version, since):
+        raise CNIError(
+            INCOMPATIBLE_VERSION,
+            f"config version {version} does not allow {command}",
+            f"{command} was introduced in CNI {since}",
+        )
+
+
 def best_common_version(theirs: list[str], cap: str = LATEST) -> str | None:
     """Highest version both sides speak, not above ``cap``."""
     ours = {parse_version(v): v for v in SUPPORTED_VERSIONS if parse_version(v) <= parse_version(cap)}

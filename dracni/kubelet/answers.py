@@ -4,7 +4,9 @@ Kubelet treats a failed RPC as a failure of every claim in the batch, and a miss
 claim UID in the response as an error (``pkg/kubelet/cm/dra/manager.go``
 ``prepareResources``).  So whatever the prepare/unprepare callback does (raise, forget a
 claim, answer for a claim nobody asked about, return garbage), these functions turn it into
-one answer per requested claim, an error string where something went wrong.
+one answer per requested claim, an error string where something went wrong.  A claim whose
+UID cannot name a claim (empty, or not a plain token) gets its own error and never reaches the
+callback, so it cannot fail the rest of the batch.
 """
 
 from __future__ import annotations
@@ -19,6 +21,34 @@ log = logging.getLogger(__name__)
 
 #: A prepared device as the gRPC layer sends it: request, pool, device, shareID ("" if none).
 DeviceAnswer = dict[str, str]
+
+
+def uid_problem(uid: str) -> str | None:
+    """Why ``uid`` cannot be a claim's UID (None: it can).
+
+    Kubernetes UIDs are RFC 4122 strings; dracni accepts any plain token (it keys records by
+    UID), but never an empty one nor one that could name another path.
+    """
+    if not uid:
+        return "the claim has no UID"
+    if uid in (".", "..") or "/" in uid or not uid.isprintable() or len(uid) > _MAX_UID:
+        return f"malformed claim UID {uid[:_MAX_UID]!r}"
+    return None
+
+
+_MAX_UID = 128
+
+
+def _split_valid(claims: list[ClaimRef]) -> tuple[list[ClaimRef], dict[str, str]]:
+    """The claims the callback may see, and uid -> error for the others."""
+    valid, errors = [], {}
+    for claim in claims:
+        problem = uid_problem(claim.uid)
+        if problem is None:
+            valid.append(claim)
+        else:
+            errors[claim.uid] = f"{problem} (claim {claim.namespace}/{claim.name})"
+    return valid, errors
 
 
 def _call(
@@ -42,12 +72,13 @@ def prepare_answers(
     callback: Callable[[list[ClaimRef]], Any], claims: list[ClaimRef]
 ) -> dict[str, tuple[list[DeviceAnswer], str | None]]:
     """uid -> (devices, error) for every requested claim, whatever the callback does."""
+    claims, invalid = _split_valid(claims)
+    results: dict[str, tuple[list[DeviceAnswer], str | None]] = {uid: ([], e) for uid, e in invalid.items()}
     if not claims:
-        return {}
+        return results
     outcomes, error = _call(callback, claims, "prepare", "preparing")
     if outcomes is None:
-        return {c.uid: ([], error) for c in claims}
-    results: dict[str, tuple[list[DeviceAnswer], str | None]] = {}
+        return {**results, **{c.uid: ([], error) for c in claims}}
     for claim in claims:
         outcome = outcomes.get(claim.uid)
         if outcome is None:
@@ -62,12 +93,13 @@ def prepare_answers(
 
 def unprepare_answers(callback: Callable[[list[ClaimRef]], Any], claims: list[ClaimRef]) -> dict[str, str | None]:
     """uid -> error (None: done) for every requested claim, whatever the callback does."""
+    claims, invalid = _split_valid(claims)
+    results: dict[str, str | None] = dict(invalid)
     if not claims:
-        return {}
+        return results
     outcomes, error = _call(callback, claims, "unprepare", "unpreparing")
     if outcomes is None:
-        return {c.uid: error for c in claims}
-    results: dict[str, str | None] = {}
+        return {**results, **{c.uid: error for c in claims}}
     for claim in claims:
         if claim.uid not in outcomes:
             results[claim.uid] = f"internal error: no outcome for claim {claim.namespace}/{claim.name}"

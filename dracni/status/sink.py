@@ -83,10 +83,16 @@ class LocalStatusSink:
     serialized across processes by an advisory lock on the directory, so drivers sharing a
     manifest do not lose each other's entries.  Entries are checked with the API server's
     rules first: what the API would answer 422 to fails here too (not retryable).
+
+    A claim that no manifest holds (yet: its manifest lives elsewhere, or comes back) is not
+    published and stays pending (a retryable failure); ``unmatched`` lists those claims by UID,
+    so a caller tells them apart from real failures.
     """
 
     def __init__(self, locate: Callable[[str, str], str | None]) -> None:
         self._locate = locate
+        #: claim UID -> why it is unmatched, for the claims ``apply`` found in no manifest
+        self.unmatched: dict[str, str] = {}
 
     def status_path(self, namespace: str, name: str) -> str | None:
         manifest = self._locate(namespace, name)
@@ -108,7 +114,9 @@ class LocalStatusSink:
         except Exception as exc:  # the locator reads manifests: report, don't crash the drain
             raise SinkError(f"cannot locate claim {namespace}/{name}: {exc}") from exc
         if path is None:
-            raise SinkError(f"claim {namespace}/{name} is not in any manifest", retryable=False)
+            reason = f"claim {namespace}/{name} is not in any manifest here"
+            self.unmatched[str(uid or "")] = reason
+            raise SinkError(reason, retryable=True)
 
         ours = [dict(d, driver=driver) for d in devices]
         directory = os.path.dirname(path) or "."

@@ -18,6 +18,7 @@ from tests.integration.service import (
     DRIVER,
     NODE,
     ServiceProcess,
+    claim_ref,
     create_allocated_claim,
     macvlan_params,
     new_pod_uid,
@@ -357,3 +358,23 @@ def test_a_restarted_kubelet_registers_again_and_prepared_claims_are_still_serve
     assert not record_of(lab, claim).exists()
     assert ipam_reservations(lab, "mv") == []
     assert restarted.cache.claims == {}
+
+
+def test_a_claim_with_an_empty_or_malformed_uid_fails_alone_in_its_batch(lab, api, node):
+    """The frozen service answers such a claim with its own error; the others of the batch are
+    prepared and unprepared as usual (issue 12, item 6)."""
+    kubelet = node.kubelet
+    a = create_allocated_claim(api, "a", new_pod_uid(), macvlan_params(lab))
+    batch = [claim_ref(a), ("default", "", "no-uid"), ("default", "x/../y", "bad-uid")]
+
+    results = kubelet.prepare(batch)
+    assert results[a["metadata"]["uid"]].error == ""
+    assert [d.device_name for d in results[a["metadata"]["uid"]].devices] == ["eth1"]
+    assert "the claim has no UID (claim default/no-uid)" in results[""].error
+    assert "malformed claim UID 'x/../y' (claim default/bad-uid)" in results["x/../y"].error
+    assert record_of(lab, a).exists()
+
+    results = kubelet.unprepare(batch)
+    assert results[a["metadata"]["uid"]].error == ""
+    assert results[""].error and results["x/../y"].error
+    assert not record_of(lab, a).exists()

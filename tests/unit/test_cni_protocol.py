@@ -328,8 +328,25 @@ def test_check_with_nothing_recorded_succeeds_silently(cni, version):
 
 
 def test_status_on_a_good_state_dir(cni):
+    os.makedirs(cni.state_dir)
     assert cni.ok("STATUS") == b""
     assert os.path.isdir(cni.state_dir)
+
+
+def test_status_never_creates_the_state_dir(cni):
+    """A missing state dir that ADD could create is fine for STATUS, and stays missing."""
+    assert cni.ok("STATUS") == b""
+    assert not os.path.exists(cni.state_dir)
+
+
+@pytest.mark.parametrize("command", ["GC", "STATUS"])
+@pytest.mark.parametrize("version", ["0.3.0", "0.3.1", "0.4.0", "1.0.0"])
+def test_gc_and_status_before_1_1_0_are_code_1(cni, command, version):
+    """The spec introduces GC and STATUS in 1.1.0 (libcni pkg/skel: "config version does not allow GC")."""
+    conf = cni.conf(version, **{"cni.dev/valid-attachments": []})
+    err = cni.error(1, f"config version {version} does not allow {command}", command=command, conf=conf)
+    assert err["cniVersion"] == version
+    assert not os.path.exists(cni.state_dir)
 
 
 def test_status_needs_no_cni_path(cni):
@@ -641,8 +658,8 @@ def test_malformed_prev_result_is_code_7(cni, version, key, value):
 
 
 def test_gc_without_valid_attachments_is_code_7(cni):
-    err = cni.error(7, "cni.dev/valid-attachments", command="GC", conf=cni.conf("1.0.0"))
-    assert err["cniVersion"] == "1.0.0"
+    err = cni.error(7, "cni.dev/valid-attachments", command="GC", conf=cni.conf("1.1.0"))
+    assert err["cniVersion"] == "1.1.0"
 
 
 @pytest.mark.parametrize("key", ["cni.dev/valid-attachments", "cni.dev/attachments"])

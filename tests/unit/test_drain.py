@@ -184,9 +184,10 @@ def test_drain_into_local_sink(state, tmp_path):
     state.update_outbox({**claim(2), "name": "unknown"}, add(fact("net1")))
     report = drain_outbox(state, sink, driver=DRIVER)
     assert report.published == 1
-    # A claim the sink cannot locate is a final failure: dropped, not retried forever.
-    assert report.failed == {} and set(report.dropped) == {"claim-uid-2"}
-    assert state.pending_outbox() == []
+    # A claim the sink cannot locate stays pending (its manifest may be elsewhere), named apart.
+    assert set(report.failed) == {"claim-uid-2"} and not report.dropped
+    assert sink.unmatched == {"claim-uid-2": "claim default/unknown is not in any manifest here"}
+    assert [r["claim"]["uid"] for r in state.pending_outbox()] == ["claim-uid-2"]
     document = sink.read("default", "nets-1")
     assert [d["device"] for d in document["status"]["devices"]] == ["net1", "net2"]
 
@@ -235,3 +236,60 @@ def test_the_publisher_logs_an_authorization_refusal_once_and_keeps_retrying(tmp
     assert Refusing.calls == 3 and backoffs == [0.2, 0.4, 0.8]
     refusals = [r for r in caplog.records if "refused by the API server's authorization" in r.getMessage()]
     assert len(refusals) == 1 and state.pending_outbox()
+
+
+def test_publish_status_keeps_claims_of_other_manifests_pending(state, tmp_path):
+    """``dracni publish-status DIR``: an entry whose claim is in no manifest of DIR is not
+    dropped; it stays pending, is named, and the exit code is 0; moving the manifest into DIR
+    publishes it on the next run."""
+    import yaml
+    from click.testing import CliRunner
+
+    from dracni.cli import main as cli
+
+    def manifest(n: int) -> str:
+        meta = {"name": f"nets-{n}", "namespace": "default", "uid": f"claim-uid-{n}"}
+        return yaml.safe_dump({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": meta})
+
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    here.mkdir()
+    elsewhere.mkdir()
+    (here / "one.yaml").write_text(manifest(1))
+    (elsewhere / "two.yaml").write_text(manifest(2))
+    state.update_outbox(claim(1), add(fact("net1")))
+    state.update_outbox(claim(2), add(fact("net2")))
+
+    def publish(directory) -> tuple[int, str]:
+        result = CliRunner().invoke(cli, ["publish-status", str(directory), f"--state-dir={state.root}"])
+        return result.exit_code, result.output
+
+    code, output = publish(here)
+    assert code == 0, output
+    assert "published 1 claim status update(s)" in output
+    assert "claim claim-uid-2: kept pending: claim default/nets-2 is not in any manifest here" in output
+    assert f"1 claim(s) kept pending: their manifests are not in {here}" in output
+    assert "dropped" not in output
+    assert [r["claim"]["uid"] for r in state.pending_outbox()] == ["claim-uid-2"]
+
+    (elsewhere / "two.yaml").rename(here / "two.yaml")
+    code, output = publish(here)
+    assert code == 0, output
+    assert "published 1 claim status update(s)" in output and "kept pending" not in output
+    assert state.pending_outbox() == []
+    assert (here / "two.default.nets-2.status.json").exists()
+
+
+def test_publish_status_exits_non_zero_on_a_real_error(state, tmp_path):
+    from click.testing import CliRunner
+
+    from dracni.cli import main as cli
+
+    (tmp_path / "one.yaml").write_text(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: nets-1, uid: claim-uid-1}\n"
+    )
+    (tmp_path / "one.default.nets-1.status.json").mkdir()  # the status file cannot be written
+    state.update_outbox(claim(1), add(fact("net1")))
+    result = CliRunner().invoke(cli, ["publish-status", str(tmp_path), f"--state-dir={state.root}"])
+    assert result.exit_code == 1, result.output
+    assert "claim claim-uid-1: not published, will retry:" in result.output
+    assert "kept pending" not in result.output

@@ -589,3 +589,41 @@ def test_sigterm_stops_the_server_and_removes_sockets(sockdir, kubelets):
     assert proc.returncode == 0, proc.stderr.read()
     assert not os.path.exists(os.path.join(plugins, DRIVER, "dra.sock"))
     assert not os.path.exists(os.path.join(registry, f"{DRIVER}-reg.sock"))
+
+
+# -- a claim with an empty or malformed UID fails alone --------------------------------------
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta1"])
+@pytest.mark.parametrize("bad_uid", ["", "..", "a/b", "x\x00y"])
+def test_claim_with_an_empty_or_malformed_uid_gets_its_own_error(make_server, kubelets, tmp_path, version, bad_uid):
+    """The real state-dir callbacks fail a batch holding an unusable UID (StateError: it cannot
+    name a record); the server answers that claim alone and the others are served."""
+    from dracni.claims.prepare import unprepare_claims
+    from dracni.state.store import StateDir
+
+    state = StateDir(str(tmp_path / "state"))
+    seen: list[list[str]] = []
+
+    def prepare(claims):
+        seen.append([c.uid for c in claims])
+        for c in claims:
+            state.read_claim(c.uid)  # raises StateError for a UID that cannot name a record
+        return good_prepare(claims)
+
+    def unprepare(claims):
+        seen.append([c.uid for c in claims])
+        return unprepare_claims(state, [c.uid for c in claims])
+
+    make_server(prepare=prepare, unprepare=unprepare)
+    kubelet = registered_kubelet(kubelets, version)
+    batch = [CLAIMS[0], ("ns1", bad_uid, "claim-bad"), CLAIMS[2]]
+
+    for call in (kubelet.prepare, kubelet.unprepare):
+        results = call(batch)
+        assert set(results) == {"uid-a", bad_uid, "uid-c"}
+        assert results["uid-a"].error == results["uid-c"].error == ""
+        assert "claim ns1/claim-bad" in results[bad_uid].error
+        assert ("has no UID" if not bad_uid else "malformed claim UID") in results[bad_uid].error
+    assert seen == [["uid-a", "uid-c"], ["uid-a", "uid-c"]]  # the bad one never reached a callback
+    assert results["uid-a"].error == ""

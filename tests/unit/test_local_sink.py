@@ -122,10 +122,11 @@ def test_entries_of_a_previous_claim_with_the_same_name_are_dropped(sink, manife
     assert [d["driver"] for d in document["status"]["devices"]] == [DRIVER]
 
 
-def test_unknown_claim_is_not_retryable(sink):
+def test_a_claim_in_no_manifest_stays_pending_and_is_named_unmatched(sink):
     with pytest.raises(SinkError) as info:
         sink.apply(dict(CLAIM, name="missing"), DRIVER, [entry("net1")])
-    assert info.value.retryable is False
+    assert info.value.retryable is True
+    assert sink.unmatched == {CLAIM["uid"]: "claim default/missing is not in any manifest here"}
 
 
 def test_invalid_entries_rejected_like_the_api_server(sink, manifest):

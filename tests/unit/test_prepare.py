@@ -192,3 +192,70 @@ def test_prepare_example_manifests(state: StateDir) -> None:
     assert all(o.error is None for o in outcomes.values()), outcomes
     assert sorted(state.pod_claim_uids("11111111-2222-3333-4444-555555555555", None, None)) == sorted(uids)
     assert state.read_claim(uids[0])["source"] == spec_path("examples", "macvlan-claim.yaml")
+
+
+def nested(depth: int) -> dict:
+    """An object nesting ``depth`` objects (``{"a": {"a": ... {"x": 1}}}``)."""
+    value: dict = {"x": 1}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("depth", [40, 900])
+def test_deeply_nested_parameters_fail_their_claim_naming_the_limit(state: StateDir, depth: int) -> None:
+    """~900 levels once crashed with RecursionError; now that claim alone fails, naming the limit."""
+    deep = make_claim("deep", "uid-deep", runtimeConfig=nested(depth))
+    outcomes = prepare(state, [make_claim("c1", "uid-1"), deep, make_claim("c2", "uid-2", pod_uid="pod-2")])
+    assert outcomes["uid-1"].error is None and outcomes["uid-2"].error is None
+    assert "parameters: nested too deeply: the limit is 32 levels" in outcomes["uid-deep"].error
+    assert [c["uid"] for c in state.list_claims()] == ["uid-1", "uid-2"]
+
+
+def test_parameters_at_the_depth_limit_are_accepted() -> None:
+    from dracni.claims.params import MAX_PARAMETER_DEPTH, validate_parameters
+
+    params = {
+        "apiVersion": "dracni.io/v1alpha1",
+        "kind": "NetworkAttachment",
+        "config": {"type": "macvlan", "master": "eth0", "x": nested(MAX_PARAMETER_DEPTH - 2)},
+    }
+    assert validate_parameters(params)["config"]["plugins"][0]["x"] == nested(MAX_PARAMETER_DEPTH - 2)
+    params["config"]["x"] = nested(MAX_PARAMETER_DEPTH - 1)
+    with pytest.raises(ValueError, match="nested too deeply: the limit is 32"):
+        validate_parameters(params)
+
+
+def test_a_too_deep_manifest_document_is_skipped_the_others_load(tmp_path: Path) -> None:
+    import json
+
+    import yaml
+
+    from dracni.claims.manifests import MAX_MANIFEST_DEPTH
+
+    deep = make_claim("deep", "uid-deep", runtimeConfig=nested(900))
+    (tmp_path / "a.json").write_text(json.dumps(deep))
+    docs = [make_claim("c1", "uid-1"), deep, make_claim("c2", "uid-2")]
+    (tmp_path / "b.yaml").write_text("---\n".join(json.dumps(d) + "\n" for d in docs))
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(make_claim("c3", "uid-3")))
+    source = ManifestClaimSource(str(tmp_path))
+    assert [c["metadata"]["name"] for c in source.list()] == ["c1", "c2", "c3"]
+    assert source.skipped == [
+        f"{tmp_path}/a.json: document 1: nested too deeply: the limit is {MAX_MANIFEST_DEPTH} levels; document skipped",
+        f"{tmp_path}/b.yaml: document 2: nested too deeply: the limit is {MAX_MANIFEST_DEPTH} levels; document skipped",
+    ]
+
+
+def test_prepare_cli_answers_a_malformed_uid_without_a_traceback(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from dracni.cli import main as cli
+
+    (tmp_path / "claims").mkdir()
+    (tmp_path / "claims" / "c.json").write_text(json.dumps(make_claim("c1", "a/b")))
+    result = CliRunner().invoke(cli, ["prepare", str(tmp_path / "claims"), f"--state-dir={tmp_path / 'state'}"])
+    assert result.exit_code == 1, result.output
+    assert "claim a/b: error: malformed claim UID 'a/b'" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)

@@ -113,3 +113,32 @@ def test_a_bare_parameters_file_with_a_typo_in_kind_is_checked(tmp_path: Path) -
     path.write_text(yaml.safe_dump({"apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachmnt"}))
     code, output = validate(path)
     assert code == 1 and "parameters.kind: " in output
+
+
+def test_deeply_nested_parameters_are_an_error_naming_the_limit(tmp_path: Path) -> None:
+    """~900 levels once crashed ``validate`` with RecursionError: now a clear error per document,
+    naming the limit, and the other documents are still checked."""
+    import json
+
+    def nested(depth: int) -> dict:
+        value: dict = {"x": 1}
+        for _ in range(depth - 1):
+            value = {"a": value}
+        return value
+
+    good = attach(ifName="net1")
+    path = tmp_path / "manifests.yaml"
+    docs = [
+        device_class(CLASS_NETWORK),
+        template(good),
+        template({**good, "runtimeConfig": nested(900)}),
+        template({**good, "runtimeConfig": nested(40)}),
+    ]
+    path.write_text("---\n".join(json.dumps(d) + "\n" for d in docs))
+    code, output = validate(path)
+    assert code == 1
+    assert "document 3: nested too deeply: the limit is 100 levels; document skipped" in output
+    assert "parameters: nested too deeply: the limit is 32 levels" in output
+    assert "2 of 3 parameter set(s) valid" in output  # the class's network and the good template
+    assert "1 document(s) skipped" in output
+    assert "RecursionError" not in output
