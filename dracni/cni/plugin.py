@@ -53,7 +53,7 @@ class MetaPlugin:
         if not claims:
             log.debug("no prepared claims for this pod: pass-through")
             return req.passthrough_result()
-        earlier = self.state.read_attachment(req.network, req.container_id, req.ifname)
+        earlier = self._read_earlier()
         if earlier is not None and earlier.get("state") == "ready":
             # A repeated ADD (the runtime gave up waiting and asked again): the first ADD's
             # interfaces are in place; running the delegates again would clash with them.
@@ -140,6 +140,29 @@ class MetaPlugin:
             in_use.setdefault(name, "a link already in the pod's netns")
         return in_use
 
+    def _read_earlier(self) -> Attachment | None:
+        """This attachment's record from an earlier ADD, if any.  An unreadable one is moved
+        aside (quarantine/) and ADD starts afresh; a newer dracni's record stays, and ADD fails
+        as ``_write_ahead`` would."""
+        from ..state.store import BadRecord
+
+        req = self.req
+        try:
+            return self.state.read_attachment(req.network, req.container_id, req.ifname)
+        except BadRecord as exc:
+            if exc.newer:
+                raise self._newer_record(req.container_id, exc) from None
+            self.state.quarantine(exc.path)
+            return None
+
+    @staticmethod
+    def _newer_record(container_id: str, exc: Exception) -> CNIError:
+        return CNIError(
+            E.IO_FAILURE,
+            f"refusing to overwrite the attachment record of container {container_id}: {exc}",
+            "a newer dracni wrote it; the runtime's DEL moves it aside (quarantine/), or upgrade dracni",
+        )
+
     def _write_ahead(self, record: Attachment) -> None:
         """The ADD's first record write; a newer dracni's record of this attachment stays."""
         from ..state.store import BadRecord
@@ -147,11 +170,7 @@ class MetaPlugin:
         try:
             self.state.put_attachment(record, ahead=True)
         except BadRecord as exc:  # only a newer one: an unreadable one was quarantined
-            raise CNIError(
-                E.IO_FAILURE,
-                f"refusing to overwrite the attachment record of container {record['containerID']}: {exc}",
-                "a newer dracni wrote it; the runtime's DEL moves it aside (quarantine/), or upgrade dracni",
-            ) from None
+            raise self._newer_record(record["containerID"], exc) from None
 
     def _add_device(self, dev: AttachedDevice) -> None:
         dev["result"] = add_chain(self.runner, dev["delegates"], self._runtime(dev["ifName"]))
