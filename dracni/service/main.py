@@ -12,12 +12,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import defaults
 from ..inventory.sharing import Sharing
 from ..policy.config import TenantPolicy
 from . import signals
+
+if TYPE_CHECKING:
+    from ..kubelet.helper import ClaimRef
 
 log = logging.getLogger("dracni.service")
 
@@ -88,11 +91,11 @@ class Service:
             plugins_dir=opts.plugins_dir,
             registry_dir=opts.registry_dir,
             prepare=observed_prepare(self.helper.prepare),
-            unprepare=observed_unprepare(self.helper.unprepare),
+            unprepare=observed_unprepare(self._unprepare),
             health=self.device_health,
         )
         self.status = StatusPublisher(
-            self.state, ApiStatusSink(self.api), opts.driver, on_published=IpamClaimWriter(self.api).sync
+            self.state, ApiStatusSink(self.api), opts.driver, annotate=IpamClaimWriter(self.api).sync
         )
         self.slices = (
             SlicePublisher(
@@ -129,6 +132,12 @@ class Service:
         self.health = HealthServer(opts.health_address, self.ready) if opts.health_address else None
         self._threads: list[threading.Thread] = []
         self._stops: list[Callable[[], None]] = []  # undo what start() did, newest last
+
+    def _unprepare(self, refs: list[ClaimRef]) -> dict[str, str | None]:
+        """kubelet's unprepare; the failure status the claims kept goes with it."""
+        results = self.helper.unprepare(refs)
+        self.status.unprepared([uid for uid, error in results.items() if error is None])
+        return results
 
     def _claimed_devices(self) -> set[str]:
         """Device names the prepared claims in the state dir hold (the slice publisher asks
