@@ -3,6 +3,7 @@ Debian's plugins in a real netns -> status.devices in the (fake) API server -> D
 
 from __future__ import annotations
 
+from tests.harness import add_nics
 from tests.integration.conftest import prepare_ok
 from tests.integration.service import (
     DRIVER,
@@ -75,8 +76,35 @@ def test_failed_add_reports_ready_false_with_the_cni_error(lab, api, service, ku
     assert condition["type"] == "Ready" and condition["status"] == "False"
     assert "delegate macvlan ADD failed" in condition["message"]
     assert entries[0]["networkData"] == {"interfaceName": "net1"}
+    # The runtime's teardown DEL retracts the failed attachment: the failure stays readable
+    # (issue 12 item 2) until the claim is unprepared.
     lab.cnitool("del", pod, pod_uid=pod_uid)
-    wait_for(lambda: not our_status(api, claim), 1.0, "status cleared after DEL")
+    wait_for(lambda: not lab.state_dir.joinpath("outbox", f"{claim['metadata']['uid']}.json").exists(), 2.0,
+             "the DEL published")  # fmt: skip
+    assert [e["conditions"][0]["message"] for e in our_status(api, claim)] == [condition["message"]]
+    assert not kubelet.unprepare([claim_ref(claim)])[claim["metadata"]["uid"]].error
+    wait_for(lambda: not our_status(api, claim), 2.0, "status cleared after unprepare")
+
+
+def test_a_failure_lasts_until_the_next_successful_add(lab, api, service, kubelet):
+    """A failed ADD, its DEL, then a retried sandbox whose ADD succeeds: Ready=False until then."""
+    pod_uid = new_pod_uid()
+    claim = create_allocated_claim(api, "retry", pod_uid, macvlan_params(lab, master="eth9"))
+    prepare_ok(kubelet, claim)
+    first = lab.pod()
+    assert lab.cnitool("add", first, pod_uid=pod_uid, check=False).returncode != 0
+    lab.cnitool("del", first, pod_uid=pod_uid)
+    wait_for(lambda: not lab.state_dir.joinpath("outbox", f"{claim['metadata']['uid']}.json").exists(), 2.0,
+             "the DEL published")  # fmt: skip
+    (entry,) = our_status(api, claim)
+    assert entry["conditions"][0]["status"] == "False" and "macvlan ADD failed" in entry["conditions"][0]["message"]
+
+    add_nics(lab.host, ("eth9",))  # the parent NIC appears; kubelet's next sandbox ADD succeeds
+    second = lab.pod()
+    lab.cnitool("add", second, pod_uid=pod_uid)
+    wait_for(lambda: [e for e in our_status(api, claim) if e["conditions"][0]["status"] == "True"], 2.0, "Ready=True")
+    lab.cnitool("del", second, pod_uid=pod_uid)
+    wait_for(lambda: not our_status(api, claim), 2.0, "nothing left after the successful pod's DEL")
 
 
 def test_add_while_api_server_is_down_publishes_when_it_is_back(lab, api, service, kubelet):
