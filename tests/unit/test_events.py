@@ -34,7 +34,9 @@ class Clock:
 
 
 def recorder(api: KubeApi, clock: Clock | None = None) -> EventRecorder:
-    return EventRecorder(api, controller="dracni.io", instance="dracni.io-node-a", clock=clock or Clock(), retry_seconds=0)
+    return EventRecorder(
+        api, controller="dracni.io", instance="dracni.io-node-a", clock=clock or Clock(), retry_seconds=0
+    )
 
 
 POD = pod_ref("default", "web-1", "pod-uid-1")
@@ -150,7 +152,9 @@ def test_validate_event_create_needs_an_event_time(fake, api_client):
     from tests.unit.test_fake_apiserver import raw_call
 
     with pytest.raises(ApiException) as info:
-        raw_call(api_client, "POST", "/apis/events.k8s.io/v1/namespaces/default/events", event(eventTime=None), "object")
+        raw_call(
+            api_client, "POST", "/apis/events.k8s.io/v1/namespaces/default/events", event(eventTime=None), "object"
+        )
     assert info.value.status == 422 and "eventTime: Required value" in info.value.body
 
 
