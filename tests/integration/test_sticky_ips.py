@@ -207,6 +207,11 @@ def test_missing_ipamclaim_is_a_clear_prepare_error(lab, api, service, kubelet):
     claim = create_allocated_claim(api, "vm-d", new_pod_uid(), macvlan_params(lab) | {"ipamClaim": "nope"})
     error = kubelet.prepare([claim_ref(claim)])[claim["metadata"]["uid"]].error
     assert "IPAMClaim default/nope not found" in error
+    events, _ = wait_for(
+        lambda: [e for e in api.list_events("default") if e["reason"] == "PrepareFailed"], 5.0, "PrepareFailed Event"
+    )
+    assert events[0]["regarding"]["kind"] == "ResourceClaim" and events[0]["regarding"]["name"] == "vm-d"
+    assert "IPAMClaim default/nope not found" in events[0]["note"]
 
 
 def test_template_generated_claim_never_pins(lab, api, service, kubelet):
@@ -314,4 +319,9 @@ def test_an_ipamclaim_changed_after_prepare_shows_in_the_claim_status(lab, api, 
     assert (synced["type"], synced["status"], synced["reason"]) == ("IPAMClaimSynced", "False", "IPAMClaimConflict")
     assert f"holds 10.10.1.250/24 but the pod got {address}" in synced["message"]
     assert api.get_ipamclaim("default", "vm-f.net1")["status"]["ips"] == ["10.10.1.250/24"]  # left as it is
+    events, _ = wait_for(
+        lambda: [e for e in api.list_events("default") if e["reason"] == "IPAMClaimConflict"], 5.0, "conflict Event"
+    )
+    assert {e["regarding"]["kind"] for e in events} <= {"Pod", "ResourceClaim"}
+    assert all("holds 10.10.1.250/24" in e["note"] and e["type"] == "Warning" for e in events)
     lab.cnitool("del", pod, pod_uid=uid, pod_name="pod-f")
