@@ -455,9 +455,11 @@ class DeviceHealthReporter:
                 self._version += 1
                 self._primed = True
                 self._cond.notify_all()
-        for d in turned_unhealthy if self.on_unhealthy is not None else []:
+        report = self.on_unhealthy
+        for d in turned_unhealthy:
             try:
-                self.on_unhealthy(d)  # type: ignore[misc]
+                if report is not None:
+                    report(d)
             except Exception:  # a reporting problem must not stop the health stream
                 log.exception("reporting device %s unhealthy", d.device)
 
