@@ -59,6 +59,14 @@ def claim_ref(namespace: str, name: str, uid: str | None = None) -> ObjectRef:
     return ref | ({"uid": uid} if uid else {})
 
 
+def _fit_note(note: str) -> str:
+    """At most ``NOTE_MAX`` bytes (Go's ``len`` of the string), cut on a character boundary."""
+    raw = note.encode("utf-8")
+    if len(raw) <= NOTE_MAX:
+        return note
+    return raw[: NOTE_MAX - 3].decode("utf-8", "ignore") + "..."
+
+
 def _micro_time(when: float) -> str:
     """``metav1.MicroTime``: RFC 3339 with microseconds, UTC."""
     return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -125,7 +133,7 @@ class EventRecorder:
             "action": action,
             "reason": reason,
             "regarding": regarding,
-            "note": note if len(note) <= NOTE_MAX else note[: NOTE_MAX - 3] + "...",
+            "note": _fit_note(note),
             "type": WARNING,
         }
         if related is not None:

@@ -97,6 +97,14 @@ def test_one_object_cannot_flood_the_api_server(fake, api):
     assert len(fake.list_events("default")) == SPAM_BURST and rec.dropped == 10
 
 
+def test_a_long_note_is_cut_to_what_the_server_takes(fake, api):
+    rec = recorder(api)
+    rec.warn(POD, "NetworkAttachmentFailed", "Attach", "é" * 1000)  # 2000 bytes
+    rec.drain()
+    (event,) = fake.list_events("default")
+    assert len(event["note"].encode()) <= 1024 and event["note"].endswith("...")
+
+
 def test_a_series_whose_event_was_deleted_is_created_again(fake, api):
     rec = recorder(api)
     rec.warn(POD, "NetworkAttachmentFailed", "Attach", "x")

@@ -72,7 +72,7 @@ def _create_errors(obj: Obj) -> list[str]:
             errs.append(fe.required(path))
         elif len(value) > limit:
             errs.append(fe.invalid(path, "", f"can have at most {limit} characters"))
-    if len(obj.get("note") or "") > NOTE_MAX:
+    if len((obj.get("note") or "").encode("utf-8")) > NOTE_MAX:  # Go's len(): bytes
         errs.append(fe.invalid("note", "", f"can have at most {NOTE_MAX} characters"))
     errs += _series_errors(obj)
     if not obj.get("eventTime"):
