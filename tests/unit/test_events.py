@@ -173,3 +173,25 @@ def test_validate_event_update_keeps_identity_immutable(fake, api):
     assert info.value.status == 422 and "note" in str(info.value)
     series = {"count": 2, "lastObservedTime": "2026-11-25T18:00:01.000000Z"}
     assert api.patch_event("default", "web-1.abc", {"series": series})["series"] == series
+
+
+def test_a_failed_attachment_is_reported_once_on_the_pod_and_the_claim(fake, api):
+    from dracni.service.events import ServiceEvents
+
+    events = ServiceEvents(recorder(api))
+    fact = {
+        "request": "net", "pool": "node-a", "device": "eth1", "shareID": None, "ifName": "net1", "ready": False,
+        "result": None, "error": {"code": 11, "msg": "delegate macvlan ADD failed", "details": "Link not found"},
+        "containerID": "c1", "podUID": "pod-uid-1", "podName": "web-1", "updatedAt": "2026-11-25T18:00:00Z",
+    }  # fmt: skip
+    outbox = {"claim": {"uid": "claim-uid-1", "namespace": "default", "name": "nets"}, "devices": [fact]}
+    events.attachment_failures(outbox)
+    events.attachment_failures(outbox)  # the same record drained again (a retried publish)
+    events.recorder.drain()
+    found = fake.list_events("default")
+    assert sorted(e["regarding"]["kind"] for e in found) == ["Pod", "ResourceClaim"]
+    assert all("series" not in e for e in found)
+    assert {e["note"] for e in found} == {
+        "claim default/nets request net (device node-a/eth1, interface net1): "
+        "delegate macvlan ADD failed: Link not found"
+    }
