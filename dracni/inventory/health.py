@@ -407,6 +407,8 @@ class DeviceHealthReporter:
         self._formerly: dict[str, str] = {}  # device name -> interface, every device offered so far
         self._primed = False
         self._closed = False
+        #: told of each device that turns Unhealthy (the service's Events), outside the lock
+        self.on_unhealthy: Callable[[DeviceHealth], None] | None = None
 
     def start(self) -> None:
         """Open the netlink socket in the node's namespace (before any gRPC thread runs)."""
@@ -438,6 +440,7 @@ class DeviceHealthReporter:
             log.warning("device list unavailable for health: %s", exc)
             return
         links = self.monitor.links()
+        turned_unhealthy: list[DeviceHealth] = []
         with self._cond:
             for name, offer in offered.items():
                 self._formerly[name] = offer.nic.name
@@ -446,10 +449,19 @@ class DeviceHealthReporter:
                 changed = [d for d in devices if d not in self._devices]
                 for d in changed if self._primed else []:
                     log.info("device %s is %s: %s", d.device, d.health, d.message)
+                    if d.health == UNHEALTHY:
+                        turned_unhealthy.append(d)
                 self._devices = devices
                 self._version += 1
                 self._primed = True
                 self._cond.notify_all()
+        report = self.on_unhealthy
+        for d in turned_unhealthy:
+            try:
+                if report is not None:
+                    report(d)
+            except Exception:  # a reporting problem must not stop the health stream
+                log.exception("reporting device %s unhealthy", d.device)
 
     def watch(self, active: Callable[[], bool] = lambda: True) -> Iterator[HealthReport]:
         """The reports one stream sends, until ``close()`` or ``active()`` turns False."""

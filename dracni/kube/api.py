@@ -94,6 +94,7 @@ class KubeApi:
         self.resource = client.ResourceV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.events = client.EventsV1Api(api_client)
 
     # -- resourceclaims: get (the ones kubelet names); status: patch (server-side apply) --------
     def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -207,6 +208,15 @@ class KubeApi:
             meta["name"],
             obj,
         )
+
+    # -- events (events.k8s.io/v1): create; patch (a series' count) ------------------------------
+    def create_event(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return _call(self.events.create_namespaced_event, namespace, body)
+
+    def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A strategic merge patch (the client's choice for an object body), as client-go's
+        ``EventSinkImpl.Patch`` sends for a series."""
+        return _call(self.events.patch_namespaced_event, name, namespace, patch)
 
     # -- nodes: get ----------------------------------------------------------------------------
     def get_node(self, name: str) -> dict[str, Any] | None:

@@ -12,12 +12,18 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import defaults
 from ..inventory.sharing import Sharing
 from ..policy.config import TenantPolicy
 from . import signals
+
+if TYPE_CHECKING:
+    from ..claims.prepare import PrepareOutcome
+    from ..kubelet.helper import ClaimRef
+    from ..state.records import StatusOutbox
+    from ..status.drain import Notes
 
 log = logging.getLogger("dracni.service")
 
@@ -57,12 +63,14 @@ class Service:
         from ..inventory.nics import eligible
         from ..inventory.publisher import SlicePublisher
         from ..kube.api import KubeApi, load_api_client
+        from ..kube.events import EventRecorder
         from ..kube.ipamclaims import IpamClaimWriter
         from ..kube.status_sink import ApiStatusSink
         from ..kubelet.helper import KubeletPluginHelper
         from ..kubelet.server import DRAPluginServer
         from ..kubelet.shared_claims import SharedClaimPods
         from ..state.store import StateDir
+        from .events import ServiceEvents
         from .metrics import HealthServer, observed_prepare, observed_unprepare
         from .status_publisher import StatusPublisher
 
@@ -70,6 +78,9 @@ class Service:
         self.stop_event = threading.Event()
         self.state = StateDir(opts.state_dir)
         self.api = KubeApi(load_api_client(opts.kubeconfig, node=opts.node))
+        #: Warning Events on pods and claims (failed ADD, failed prepare, unhealthy device, IPAMClaim)
+        self.recorder = EventRecorder(self.api, controller=opts.driver, instance=f"{opts.driver}-{opts.node}")
+        self.events = ServiceEvents(self.recorder)
         self.claims = ApiClaimSource(self.api)  # a GET per claim kubelet names: no cluster-wide watch
         self.helper = KubeletPluginHelper(
             state=self.state,
@@ -83,17 +94,22 @@ class Service:
         #: pods that join a claim kubelet already prepared here (it prepares a claim only once)
         self.shared_claims = SharedClaimPods(self.api, self.state, opts.node, self.helper.prepare)
         self.device_health = DeviceHealthReporter(pool=opts.node, offered=lambda: {}, netns=opts.netns)
+        self.device_health.on_unhealthy = lambda device: self.events.unhealthy(self.state, device)
         self.grpc = DRAPluginServer(
             driver=opts.driver,
             plugins_dir=opts.plugins_dir,
             registry_dir=opts.registry_dir,
-            prepare=observed_prepare(self.helper.prepare),
-            unprepare=observed_unprepare(self.helper.unprepare),
+            prepare=observed_prepare(self._prepare),
+            unprepare=observed_unprepare(self._unprepare),
             health=self.device_health,
         )
-        self.status = StatusPublisher(
-            self.state, ApiStatusSink(self.api), opts.driver, on_published=IpamClaimWriter(self.api).sync
-        )
+        ipamclaims = IpamClaimWriter(self.api, on_problem=self.events.ipamclaim_problem)
+
+        def annotate(record: StatusOutbox) -> Notes:
+            self.events.attachment_failures(record)
+            return ipamclaims.sync(record)
+
+        self.status = StatusPublisher(self.state, ApiStatusSink(self.api), opts.driver, annotate=annotate)
         self.slices = (
             SlicePublisher(
                 self.api,
@@ -130,6 +146,18 @@ class Service:
         self._threads: list[threading.Thread] = []
         self._stops: list[Callable[[], None]] = []  # undo what start() did, newest last
 
+    def _prepare(self, refs: list[ClaimRef]) -> dict[str, PrepareOutcome]:
+        """kubelet's prepare; a claim that failed gets a Warning Event."""
+        results = self.helper.prepare(refs)
+        self.events.prepare_failures(refs, results)
+        return results
+
+    def _unprepare(self, refs: list[ClaimRef]) -> dict[str, str | None]:
+        """kubelet's unprepare; the failure status the claims kept goes with it."""
+        results = self.helper.unprepare(refs)
+        self.status.unprepared([uid for uid, error in results.items() if error is None])
+        return results
+
     def _claimed_devices(self) -> set[str]:
         """Device names the prepared claims in the state dir hold (the slice publisher asks
         when a NIC left the node's netns: host-device moved it into a pod)."""
@@ -148,7 +176,11 @@ class Service:
         if self.health:
             self.health.start()
             self._stops.append(self.health.stop)
-        loops = [("status-publisher", self.status.run), ("shared-claim-pods", self.shared_claims.run)]
+        loops = [
+            ("status-publisher", self.status.run),
+            ("shared-claim-pods", self.shared_claims.run),
+            ("events", self.recorder.run),
+        ]
         if self.slices is not None:
             loops.append(("slice-publisher", self.slices.run))
         for name, loop in loops:

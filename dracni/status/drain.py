@@ -14,14 +14,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dracni.state.store import StateDir, StateError
-from dracni.status.entries import status_devices
+from dracni.status.entries import Entry, status_devices
+from dracni.status.lasting import Key, LastingFailures, entry_key
 from dracni.status.sink import SinkError, StatusSink
 
 if TYPE_CHECKING:
-    from dracni.state.records import StatusOutbox
+    from dracni.state.records import ClaimRef, StatusOutbox
+
+#: Extra conditions per status entry (pool, device, shareID), e.g. an IPAMClaim conflict.
+Notes = dict[Key, list[dict[str, Any]]]
 
 
 @dataclass
@@ -44,13 +48,48 @@ def _pending(state: StateDir, report: DrainReport) -> list[StatusOutbox]:
         return []
 
 
+def with_notes(entries: list[Entry], notes: Notes) -> list[Entry]:
+    """``entries`` with the noted conditions added (after Ready, replacing one of their type)."""
+    out = []
+    for entry in entries:
+        extra = notes.get(entry_key(entry)) or []
+        if extra:
+            types = {c["type"] for c in extra}
+            kept = [c for c in entry.get("conditions") or [] if c.get("type") not in types]
+            entry = {**entry, "conditions": kept + extra}
+        out.append(entry)
+    return out
+
+
+def claim_entries(
+    record: StatusOutbox | None,
+    claim: ClaimRef,
+    *,
+    driver: str,
+    notes: Notes | None = None,
+    lasting: LastingFailures | None = None,
+) -> list[Entry]:
+    """The entries to publish for a claim: its facts' entries, the failures that last, notes."""
+    entries = status_devices(record, driver=driver) if record is not None else []
+    if lasting is not None:
+        entries = lasting.compose(claim, entries)
+    return with_notes(entries, notes or {})
+
+
 def drain_outbox(
-    state: StateDir, sink: StatusSink, *, driver: str, on_published: Callable[[StatusOutbox], None] | None = None
+    state: StateDir,
+    sink: StatusSink,
+    *,
+    driver: str,
+    annotate: Callable[[StatusOutbox], Notes] | None = None,
+    lasting: LastingFailures | None = None,
 ) -> DrainReport:
     """Publish every pending outbox record once; see the module docstring.
 
-    ``on_published(record)`` runs after a claim's status went out and before the record is
-    marked published (IPAMClaim updates); it may raise SinkError like the sink.
+    ``annotate(record)`` runs before a claim's status goes out (the IPAMClaim write-back) and
+    returns conditions to add to its entries; a retryable SinkError from it is reported after
+    the status went out, so the record stays pending and is tried again.  ``lasting`` keeps
+    failure entries after the teardown DEL (``status/lasting.py``).
     """
     report = DrainReport()
     for record in _pending(state, report):
@@ -58,9 +97,18 @@ def drain_outbox(
         uid = claim.get("uid") or "?"
         final_error = None
         try:
-            sink.apply(claim, driver, status_devices(record, driver=driver))
-            if on_published is not None:
-                on_published(record)
+            notes: Notes = {}
+            retry_later: SinkError | None = None
+            if annotate is not None:
+                try:
+                    notes = annotate(record)
+                except SinkError as exc:
+                    if not exc.retryable:
+                        raise
+                    retry_later = exc
+            sink.apply(claim, driver, claim_entries(record, claim, driver=driver, notes=notes, lasting=lasting))
+            if retry_later is not None:
+                raise retry_later
         except SinkError as exc:
             if exc.retryable:
                 report.failed[uid] = str(exc)
@@ -68,6 +116,8 @@ def drain_outbox(
                     report.forbidden.add(uid)
                 continue
             final_error = str(exc)
+            if lasting is not None:
+                lasting.forget(uid)
         except Exception as exc:  # a malformed record or a sink bug must not stop the others
             report.failed[uid] = f"{type(exc).__name__}: {exc}"
             continue
@@ -81,3 +131,15 @@ def drain_outbox(
         else:
             report.dropped[uid] = final_error
     return report
+
+
+def republish(
+    state: StateDir, sink: StatusSink, claim: ClaimRef, *, driver: str, lasting: LastingFailures | None = None
+) -> None:
+    """Publish a claim's entries as its outbox says now (after ``lasting.forget``: the claim
+    was unprepared, so the failures it kept go); raises SinkError."""
+    try:
+        record = state.read_outbox(claim["uid"])
+    except StateError as exc:
+        raise SinkError(f"outbox of claim {claim['uid']}: {exc}") from None
+    sink.apply(claim, driver, claim_entries(record, claim, driver=driver, lasting=lasting))

@@ -144,7 +144,8 @@ def _fit_data(result: Any, index: int | None) -> dict[str, Any] | None:
     return None
 
 
-def _error_message(error: Any, if_name: str) -> str:
+def error_message(error: Any, if_name: str) -> str:
+    """A CNI error as one line: its msg (or code), then its details."""
     if not isinstance(error, dict):
         return f"{if_name} not configured"
     msg = error.get("msg") or ""
@@ -187,7 +188,7 @@ def device_status_entry(fact: DeviceFact, *, driver: str) -> Entry:
             "type": READY,
             "status": "False",
             "reason": REASON_NOT_READY,
-            "message": _error_message(fact.get("error"), if_name),
+            "message": error_message(fact.get("error"), if_name),
         }
     condition["message"] = _utf8_truncate(condition["message"], MESSAGE_MAX)
     condition["lastTransitionTime"] = normalize_time(fact.get("updatedAt"))

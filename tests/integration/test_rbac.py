@@ -20,7 +20,8 @@ gate on and off (a 1.34/1.35 server, where only the front-door ``patch`` is chec
 The flow: slices published (one replaced, one stale deleted), wiped and re-created; claims
 prepared through the fake kubelet (one missing, which forces a GET); an attachment ADDed and
 DELeted with cnitool; its status published; an IPAMClaim read at prepare and its status written
-after ADD.  Then no request was refused, and every permission the ClusterRole grants was used.
+after ADD; the missing claim's PrepareFailed Event created, and patched into a series when kubelet
+retries it.  Then no request was refused, and every permission the ClusterRole grants was used.
 """
 
 from __future__ import annotations
@@ -168,6 +169,13 @@ def test_the_service_needs_exactly_the_clusterrole(lab, api):
         responses = kubelet.prepare([claim_ref(claim), ("default", "0000-missing", "missing")])
         assert not responses[claim["metadata"]["uid"]].error, responses[claim["metadata"]["uid"]].error
         assert "not found" in responses["0000-missing"].error
+        # kubelet retries it: the same Warning Event again, a series (events: create, then patch)
+        assert "not found" in kubelet.prepare([("default", "0000-missing", "missing")])["0000-missing"].error
+        wait_for(
+            lambda: [e for e in api.list_events("default") if (e.get("series") or {}).get("count") == 2],
+            5.0,
+            "the PrepareFailed Event's series",
+        )
 
         pod = lab.pod()
         lab.cnitool("add", pod, pod_uid=pod_uid, pod_name="virt-launcher-a")

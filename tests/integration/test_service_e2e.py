@@ -3,6 +3,7 @@ Debian's plugins in a real netns -> status.devices in the (fake) API server -> D
 
 from __future__ import annotations
 
+from tests.harness import add_nics
 from tests.integration.conftest import prepare_ok
 from tests.integration.service import (
     DRIVER,
@@ -75,8 +76,51 @@ def test_failed_add_reports_ready_false_with_the_cni_error(lab, api, service, ku
     assert condition["type"] == "Ready" and condition["status"] == "False"
     assert "delegate macvlan ADD failed" in condition["message"]
     assert entries[0]["networkData"] == {"interfaceName": "net1"}
+    # kubectl describe pod shows why (issue 12 item 1): a Warning Event on the Pod and on the claim.
+    events, _ = wait_for(
+        lambda: (lambda evs: evs if len(evs) == 2 else None)(
+            [e for e in api.list_events("default") if e["reason"] == "NetworkAttachmentFailed"]
+        ),
+        5.0,
+        "NetworkAttachmentFailed events",
+    )
+    by_kind = {e["regarding"]["kind"]: e for e in events}
+    assert by_kind["Pod"]["regarding"] == {"apiVersion": "v1", "kind": "Pod", "namespace": "default", "name": "demo",
+                                           "uid": pod_uid}  # fmt: skip
+    assert by_kind["Pod"]["related"]["name"] == "bad" and by_kind["ResourceClaim"]["regarding"]["name"] == "bad"
+    for event in events:
+        assert event["type"] == "Warning" and event["reportingController"] == DRIVER
+        assert event["note"].startswith("claim default/bad request net (device node-a/eth1, interface net1): ")
+        assert "delegate macvlan ADD failed" in event["note"]
+    # The runtime's teardown DEL retracts the failed attachment: the failure stays readable
+    # (issue 12 item 2) until the claim is unprepared.
     lab.cnitool("del", pod, pod_uid=pod_uid)
-    wait_for(lambda: not our_status(api, claim), 1.0, "status cleared after DEL")
+    wait_for(lambda: not lab.state_dir.joinpath("outbox", f"{claim['metadata']['uid']}.json").exists(), 2.0,
+             "the DEL published")  # fmt: skip
+    assert [e["conditions"][0]["message"] for e in our_status(api, claim)] == [condition["message"]]
+    assert not kubelet.unprepare([claim_ref(claim)])[claim["metadata"]["uid"]].error
+    wait_for(lambda: not our_status(api, claim), 2.0, "status cleared after unprepare")
+
+
+def test_a_failure_lasts_until_the_next_successful_add(lab, api, service, kubelet):
+    """A failed ADD, its DEL, then a retried sandbox whose ADD succeeds: Ready=False until then."""
+    pod_uid = new_pod_uid()
+    claim = create_allocated_claim(api, "retry", pod_uid, macvlan_params(lab, master="eth9"))
+    prepare_ok(kubelet, claim)
+    first = lab.pod()
+    assert lab.cnitool("add", first, pod_uid=pod_uid, check=False).returncode != 0
+    lab.cnitool("del", first, pod_uid=pod_uid)
+    wait_for(lambda: not lab.state_dir.joinpath("outbox", f"{claim['metadata']['uid']}.json").exists(), 2.0,
+             "the DEL published")  # fmt: skip
+    (entry,) = our_status(api, claim)
+    assert entry["conditions"][0]["status"] == "False" and "macvlan ADD failed" in entry["conditions"][0]["message"]
+
+    add_nics(lab.host, ("eth9",))  # the parent NIC appears; kubelet's next sandbox ADD succeeds
+    second = lab.pod()
+    lab.cnitool("add", second, pod_uid=pod_uid)
+    wait_for(lambda: [e for e in our_status(api, claim) if e["conditions"][0]["status"] == "True"], 2.0, "Ready=True")
+    lab.cnitool("del", second, pod_uid=pod_uid)
+    wait_for(lambda: not our_status(api, claim), 2.0, "nothing left after the successful pod's DEL")
 
 
 def test_add_while_api_server_is_down_publishes_when_it_is_back(lab, api, service, kubelet):
@@ -208,3 +252,37 @@ def test_health_and_metrics(lab, api, service, kubelet):
     metrics = service.metrics()
     assert 'dracni_prepare_claims_total{result="ok"} 1.0' in metrics
     assert "dracni_status_outbox_pending" in metrics and "dracni_resourceslice_writes_total" in metrics
+
+
+def test_a_device_that_goes_unhealthy_is_an_event_on_its_pods_and_claims(lab, api, service, kubelet):
+    """Issue 12 item 1: the NIC behind a prepared claim loses its carrier."""
+    from tests.fakes.kubelet_health import HEALTHY, HealthWatcher
+    from tests.harness import ip
+
+    wait_for(lambda: any(d["name"] == "eth1" for s in api.list_slices() for d in s["spec"]["devices"]), 10.0, "slices")
+    pod_uid = new_pod_uid()
+    claim = create_allocated_claim(api, "health", pod_uid, macvlan_params(lab), pod_name="web-1")
+    prepare_ok(kubelet, claim)
+    # kubelet's health stream reads eth1 Healthy: the reporter has its first view
+    watcher = HealthWatcher.for_plugin(str(service.registry_dir / f"{DRIVER}-reg.sock"), retry_interval=60)
+    assert watcher is not None
+    with watcher:
+        watcher.wait_for(NODE, ["eth1"], HEALTHY)
+    ip("link", "set", "eth1p", "down", netns=lab.host.name)  # eth1 loses its carrier
+    try:
+        events, _ = wait_for(
+            lambda: (lambda evs: evs if len(evs) == 2 else None)(
+                [e for e in api.list_events("default") if e["reason"] == "DeviceUnhealthy"]
+            ),
+            10.0,
+            "DeviceUnhealthy events",
+        )
+    finally:
+        ip("link", "set", "eth1p", "up", netns=lab.host.name)
+    by_kind = {e["regarding"]["kind"]: e for e in events}
+    assert by_kind["Pod"]["regarding"]["name"] == "web-1" and by_kind["Pod"]["regarding"]["uid"] == pod_uid
+    assert by_kind["ResourceClaim"]["regarding"]["name"] == "health"
+    assert all(
+        e["note"].startswith(f"claim default/health request net: device {NODE}/eth1 is unhealthy: ") for e in events
+    )
+    assert all("no carrier" in e["note"] for e in events)

@@ -207,6 +207,11 @@ def test_missing_ipamclaim_is_a_clear_prepare_error(lab, api, service, kubelet):
     claim = create_allocated_claim(api, "vm-d", new_pod_uid(), macvlan_params(lab) | {"ipamClaim": "nope"})
     error = kubelet.prepare([claim_ref(claim)])[claim["metadata"]["uid"]].error
     assert "IPAMClaim default/nope not found" in error
+    events, _ = wait_for(
+        lambda: [e for e in api.list_events("default") if e["reason"] == "PrepareFailed"], 5.0, "PrepareFailed Event"
+    )
+    assert events[0]["regarding"]["kind"] == "ResourceClaim" and events[0]["regarding"]["name"] == "vm-d"
+    assert "IPAMClaim default/nope not found" in events[0]["note"]
 
 
 def test_template_generated_claim_never_pins(lab, api, service, kubelet):
@@ -234,3 +239,89 @@ def test_template_generated_claim_never_pins(lab, api, service, kubelet):
     record = json.loads((lab.state_dir / "claims" / f"{claim['metadata']['uid']}.json").read_text())
     assert record["devices"][0]["requestedIPs"] == [] and record["devices"][0]["persistentIPs"] is False
     assert net1_address(pod_b) != first
+
+
+def test_an_ipamclaim_in_non_canonical_ipv6_form_gets_its_owner_and_condition(lab, api, service, kubelet):
+    """Issue 12 item 8: FD00:78:7:0:0:0:0:20/64 is fd00:78:7::20/64; the write-back must see that."""
+    api.create_ipamclaim("default", "vm6.net1", network="vm6", ips=["FD00:78:7:0:0:0:0:20/64"])
+    params = macvlan_params(lab, network="vm6", subnet="fd00:78:7::/64") | {"ipamClaim": "vm6.net1"}
+    claim = create_allocated_claim(api, "vm6", new_pod_uid(), params)
+    uid = new_pod_uid()
+    claim, pod = run_pod(lab, api, kubelet, claim, uid, "virt-launcher-6")
+
+    assert ready_entry(api, claim)["networkData"]["ips"] == ["fd00:78:7::20/64"]
+    ipamclaim, _ = wait_for(
+        lambda: (lambda o: o if (o.get("status") or {}).get("ownerPod") else None)(
+            api.get_ipamclaim("default", "vm6.net1")
+        ),
+        2.0,
+        "IPAMClaim ownerPod",
+    )
+    assert ipamclaim["status"]["ownerPod"] == {"name": "virt-launcher-6"}
+    assert any(c["type"] == "IPsAllocated" and c["status"] == "True" for c in ipamclaim["status"]["conditions"])
+    assert [c["type"] for c in ready_entry(api, claim)["conditions"]] == ["Ready"]
+    lab.cnitool("del", pod, pod_uid=uid, pod_name="virt-launcher-6")
+
+
+def test_add_and_del_while_the_service_is_down_still_fill_the_ipamclaim(lab, api, service, kubelet):
+    """The service catches up from the Detached fact: the next pod gets the same address."""
+    api.create_ipamclaim("default", "vm-e.net1", network="vm-e", interface="net1")
+    params = macvlan_params(lab, network="vm-e") | {"ipamClaim": "vm-e.net1"}
+    claim = create_allocated_claim(api, "vm-e", new_pod_uid(), params)
+    uid_a, uid_b = new_pod_uid(), new_pod_uid()
+    claim = reserve_for(api, claim, uid_a, "pod-a")
+    prepare_ok(kubelet, claim)
+    service.stop()
+    pod_a = lab.pod()
+    lab.cnitool("add", pod_a, pod_uid=uid_a, pod_name="pod-a")
+    address = net1_address(pod_a)
+    lab.cnitool("del", pod_a, pod_uid=uid_a, pod_name="pod-a")
+    service.start()
+    kubelet.close()
+    kubelet = FakeKubelet(str(service.registry_dir), driver=DRIVER)
+    kubelet.wait_for_plugin(timeout=10)
+    try:
+        ipamclaim, _ = wait_for(
+            lambda: (lambda o: o if (o.get("status") or {}).get("ips") else None)(
+                api.get_ipamclaim("default", "vm-e.net1")
+            ),
+            5.0,
+            "IPAMClaim status.ips from the Detached fact",
+        )
+        assert ipamclaim["status"]["ips"] == [address]
+        assert ipamclaim["status"]["ownerPod"] == {"name": "pod-a"}
+        assert not kubelet.unprepare([claim_ref(claim)])[claim["metadata"]["uid"]].error
+        claim, pod_b = run_pod(lab, api, kubelet, claim, uid_b, "pod-b")
+        assert net1_address(pod_b) == address
+        lab.cnitool("del", pod_b, pod_uid=uid_b, pod_name="pod-b")
+    finally:
+        kubelet.close()
+
+
+def test_an_ipamclaim_changed_after_prepare_shows_in_the_claim_status(lab, api, service, kubelet):
+    """Issue 12 item 8: the conflict is a condition of the claim's entry, not only a log line."""
+    api.create_ipamclaim("default", "vm-f.net1", network="vm-f", interface="net1")
+    params = macvlan_params(lab, network="vm-f") | {"ipamClaim": "vm-f.net1"}
+    claim = create_allocated_claim(api, "vm-f", new_pod_uid(), params)
+    uid = new_pod_uid()
+    claim = reserve_for(api, claim, uid, "pod-f")
+    prepare_ok(kubelet, claim)
+    api.set_ipamclaim_status("default", "vm-f.net1", {"ips": ["10.10.1.250/24"]})  # someone else, after prepare
+    pod = lab.pod()
+    lab.cnitool("add", pod, pod_uid=uid, pod_name="pod-f")
+    address = net1_address(pod)
+
+    entries, _ = wait_for(
+        lambda: [e for e in our_status(api, claim) if len(e["conditions"]) == 2], 2.0, "IPAMClaimSynced condition"
+    )
+    ready, synced = entries[0]["conditions"]
+    assert (ready["type"], ready["status"]) == ("Ready", "True")
+    assert (synced["type"], synced["status"], synced["reason"]) == ("IPAMClaimSynced", "False", "IPAMClaimConflict")
+    assert f"holds 10.10.1.250/24 but the pod got {address}" in synced["message"]
+    assert api.get_ipamclaim("default", "vm-f.net1")["status"]["ips"] == ["10.10.1.250/24"]  # left as it is
+    events, _ = wait_for(
+        lambda: [e for e in api.list_events("default") if e["reason"] == "IPAMClaimConflict"], 5.0, "conflict Event"
+    )
+    assert {e["regarding"]["kind"] for e in events} <= {"Pod", "ResourceClaim"}
+    assert all("holds 10.10.1.250/24" in e["note"] and e["type"] == "Warning" for e in events)
+    lab.cnitool("del", pod, pod_uid=uid, pod_name="pod-f")

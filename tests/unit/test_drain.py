@@ -293,3 +293,85 @@ def test_publish_status_exits_non_zero_on_a_real_error(state, tmp_path):
     assert result.exit_code == 1, result.output
     assert "claim claim-uid-1: not published, will retry:" in result.output
     assert "kept pending" not in result.output
+
+
+# -- failure status lasts (issue 12 item 2) ------------------------------------------------
+def test_a_failure_outlives_the_teardown_del_until_the_next_ready_add(state):
+    from dracni.status.lasting import LastingFailures
+
+    lasting = LastingFailures()
+    sink = RecordingSink()
+    state.update_outbox(claim(1), add(fact("net1", ready=False)))
+    drain_outbox(state, sink, driver=DRIVER, lasting=lasting)
+    # the runtime's teardown DEL retracts the failed attachment's fact
+    state.update_outbox(claim(1), lambda devices: [])
+    drain_outbox(state, sink, driver=DRIVER, lasting=lasting)
+    kept = sink.calls[-1][2]
+    assert [e["conditions"][0]["reason"] for e in kept] == ["NetworkInterfaceNotReady"]
+    assert kept[0]["conditions"][0]["message"] == "no master"
+    # the next successful ADD of that device replaces it, and its DEL leaves nothing behind
+    state.update_outbox(claim(1), add(fact("net1", updated="2026-11-21T05:00:09Z")))
+    drain_outbox(state, sink, driver=DRIVER, lasting=lasting)
+    assert [e["conditions"][0]["status"] for e in sink.calls[-1][2]] == ["True"]
+    state.update_outbox(claim(1), lambda devices: [])
+    drain_outbox(state, sink, driver=DRIVER, lasting=lasting)
+    assert sink.calls[-1][2] == []
+
+
+def test_unprepare_ends_a_kept_failure(state):
+    from dracni.service.status_publisher import StatusPublisher
+
+    sink = RecordingSink()
+    publisher = StatusPublisher(state, sink, DRIVER)
+    state.update_outbox(claim(1), add(fact("net1", ready=False), fact("net2", ready=False)))
+    publisher._drain_once(0.0)
+    state.update_outbox(claim(1), lambda devices: [])
+    publisher._drain_once(0.0)
+    assert [e["device"] for e in sink.calls[-1][2]] == ["net1", "net2"]
+
+    publisher.unprepared(["claim-uid-1", "claim-uid-unknown"])
+    assert publisher._wake.is_set()
+    publisher._drain_once(0.0)
+    assert sink.calls[-1] == ({"uid": "claim-uid-1", "namespace": "default", "name": "nets-1"}, DRIVER, [])
+    calls = len(sink.calls)
+    publisher._drain_once(0.0)
+    assert len(sink.calls) == calls  # cleared once, nothing left to publish
+
+
+def test_a_claim_that_is_gone_forgets_its_failures(state):
+    from dracni.status.lasting import LastingFailures
+
+    lasting = LastingFailures()
+    state.update_outbox(claim(1), add(fact("net1", ready=False)))
+    drain_outbox(state, RecordingSink(), driver=DRIVER, lasting=lasting)
+    assert lasting.holds("claim-uid-1")
+    state.update_outbox(claim(1), lambda devices: [])
+    gone = RecordingSink(
+        fail={"claim-uid-1": SinkError("ResourceClaim default/nets-1 no longer exists", retryable=False)}
+    )
+    assert list(drain_outbox(state, gone, driver=DRIVER, lasting=lasting).dropped) == ["claim-uid-1"]
+    assert not lasting.holds("claim-uid-1")
+
+
+def test_annotations_add_conditions_and_a_retryable_one_keeps_the_record_pending(state):
+    state.update_outbox(claim(1), add(fact("net1")))
+    note = {
+        "type": "IPAMClaimSynced",
+        "status": "False",
+        "reason": "IPAMClaimConflict",
+        "message": "m",
+        "lastTransitionTime": "2026-11-21T05:00:00Z",
+    }
+    sink = RecordingSink()
+    drain_outbox(state, sink, driver=DRIVER, annotate=lambda record: {("node-1", "net1", ""): [note]})
+    assert [c["type"] for c in sink.calls[-1][2][0]["conditions"]] == ["Ready", "IPAMClaimSynced"]
+
+    state.update_outbox(claim(1), add(fact("net1", updated="2026-11-21T05:00:05Z")))
+
+    def flaky(record):
+        raise SinkError("IPAMClaim default/x: 503")
+
+    report = drain_outbox(state, sink, driver=DRIVER, annotate=flaky)
+    assert list(report.failed) == ["claim-uid-1"]
+    assert [c["type"] for c in sink.calls[-1][2][0]["conditions"]] == ["Ready"]  # the status still went out
+    assert [r["claim"]["uid"] for r in state.pending_outbox()] == ["claim-uid-1"]

@@ -380,6 +380,7 @@ class Permission(NamedTuple):
 RESOURCE = "resource.k8s.io"
 CORE = ""
 IPAM = "k8s.cni.cncf.io"
+EVENTS = "events.k8s.io"
 
 # What each KubeApi method needs.  The first permission(s) follow from the client call (checked
 # against the code below); the synthetic ``resourceclaims/driver`` one is what kube-apiserver
@@ -401,6 +402,8 @@ KUBEAPI_PERMISSIONS: dict[str, set[Permission]] = {
     "get_ipamclaim": {Permission(IPAM, "ipamclaims", "", "get")},
     "replace_ipamclaim_status": {Permission(IPAM, "ipamclaims", "status", "update")},
     "get_node": {Permission(CORE, "nodes", "", "get")},
+    "create_event": {Permission(EVENTS, "events", "", "create")},
+    "patch_event": {Permission(EVENTS, "events", "", "patch")},
     "list_node_pods": {Permission(CORE, "pods", "", "list")},
     "watch_node_pods": {Permission(CORE, "pods", "", "watch")},
 }
@@ -417,7 +420,7 @@ _CLIENT_VERBS = (
     ("delete_", "delete"),
 )
 # KubeApi attribute holding a typed kubernetes client API object -> its API group.
-_CLIENT_GROUPS = {"resource": RESOURCE, "core": CORE}
+_CLIENT_GROUPS = {"resource": RESOURCE, "core": CORE, "events": EVENTS}
 # ... and the one holding a CustomObjectsApi, whose calls name (group, version, plural) as arguments.
 _CUSTOM = "custom"
 
@@ -549,11 +552,10 @@ def test_clusterrole_grants_exactly_what_kubeapi_needs():
     assert not unused, f"granted but no KubeApi call uses it: {sorted(map(str, unused))}"
 
 
-def test_no_events_permission_because_the_service_creates_none():
-    """The brief of the ClusterRole: events only if the code creates events.  It does not."""
-    sources = "\n".join(p.read_text() for p in (ROOT / "dracni").rglob("*.py"))
-    assert "create_namespaced_event" not in sources and "EventsV1Api" not in sources
-    assert not any(p.resource == "events" for p in clusterrole_permissions())
+def test_events_are_granted_exactly_what_the_recorder_does():
+    """Events (issue 12): created, and patched for a series; never read, updated or deleted."""
+    granted = {p.verb for p in clusterrole_permissions() if p.resource == "events"}
+    assert granted == {"create", "patch"}
 
 
 # -- examples ---------------------------------------------------------------------------------

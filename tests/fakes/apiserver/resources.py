@@ -19,6 +19,7 @@ RESOURCE_API_VERSION = f"{RESOURCE_GROUP}/{RESOURCE_VERSION}"
 # The Network Plumbing WG's IPAMClaim CRD (multi-network de-facto standard v1.3, "sticky IPs"),
 # served only when the fake is told the CRD is installed (``FakeApiServer(ipamclaims=True)``).
 IPAM_GROUP = "k8s.cni.cncf.io"
+EVENTS_GROUP = "events.k8s.io"
 IPAM_VERSION = "v1alpha1"
 IPAM_API_VERSION = f"{IPAM_GROUP}/{IPAM_VERSION}"
 KUBERNETES_VERSION = {"major": "1", "minor": "34", "gitVersion": "v1.34.0"}
@@ -107,6 +108,17 @@ RESOURCES: dict[str, Resource] = {
     ),
     "namespaces": Resource(
         "namespaces", "Namespace", "", "v1", False, frozenset({"metadata.name", "status.phase"}), _READ, "namespace"
+    ),
+    # events.k8s.io/v1 Events (pkg/registry/events/event/strategy.go: namespaced, no status).
+    "events": Resource(
+        "events",
+        "Event",
+        EVENTS_GROUP,
+        "v1",
+        True,
+        frozenset({"metadata.name", "metadata.namespace"}),
+        _CRUD,
+        "event",
     ),
     # A custom resource: field selectors are metadata.name/metadata.namespace only.
     "ipamclaims": Resource(

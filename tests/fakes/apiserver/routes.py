@@ -12,12 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import claims, core, crud, ipamclaims, slices
+from . import claims, core, crud, events, ipamclaims, slices
 from . import field as fe
 from .discovery import discovery
 from .errors import bad_request, invalid_options, method_not_allowed, path_not_found, unsupported_media_type
 from .resources import (
     APPLY_PATCH,
+    EVENTS_GROUP,
     IPAM_GROUP,
     IPAM_VERSION,
     JSON_PATCH,
@@ -43,7 +44,7 @@ Reply = tuple[int, Any] | None
 
 KINDS: dict[str, Kind] = {
     kind.res.plural: kind
-    for kind in (claims.KIND, slices.KIND, core.NODES, core.NAMESPACES, core.PODS, ipamclaims.KIND)
+    for kind in (claims.KIND, slices.KIND, core.NODES, core.NAMESPACES, core.PODS, ipamclaims.KIND, events.KIND)
 }
 
 #: The URL prefix of each served group version, and its group (IPAMClaims' only while installed).
@@ -51,6 +52,7 @@ PREFIXES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("api", "v1"), ""),
     (("apis", RESOURCE_GROUP, RESOURCE_VERSION), RESOURCE_GROUP),
     (("apis", IPAM_GROUP, IPAM_VERSION), IPAM_GROUP),
+    (("apis", EVENTS_GROUP, "v1"), EVENTS_GROUP),
 )
 
 

@@ -20,6 +20,7 @@ import yaml
 from .claim_status import NODE_NAME_KEY
 from .claims import ClaimHelpers
 from .core import NodesAndNamespaces
+from .events import EventHelpers
 from .features import FeatureGates
 from .http_layer import Handler, HttpFrontend, Injected, RecordedRequest, RequestAttributes, Server
 from .ipamclaims import IpamClaimHelpers
@@ -41,7 +42,7 @@ def _server_on(port: int, fake: FakeApiServer, wait: float = 5.0) -> Server:
             time.sleep(0.05)
 
 
-class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers, IpamClaimHelpers):
+class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers, IpamClaimHelpers, EventHelpers):
     """A kube-apiserver double for ResourceClaims, ResourceSlices, Nodes, Namespaces (and IPAMClaims).
 
     ``FakeApiServer(directory=None, token=None, other_token=None, history_limit=1000,
