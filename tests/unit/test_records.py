@@ -158,6 +158,10 @@ def test_devices_by_claim_and_index_keys() -> None:
 
 def test_check_record_refuses_other_schema_versions() -> None:
     assert R.check_record({"schema": 1, "kind": "PodIndex"}, "x") == {"schema": 1, "kind": "PodIndex"}
-    for bad in ({"schema": 2}, {"kind": "PodIndex"}, ["schema", 1], None):
-        with pytest.raises(R.RecordError, match="unknown schema version"):
+    with pytest.raises(R.NewerRecord, match="has schema 2, newer than this dracni's 1"):
+        R.check_record({"schema": 2}, "pods/x.json")
+    with pytest.raises(R.RecordError, match="unknown schema version None"):
+        R.check_record({"kind": "PodIndex"}, "pods/x.json")
+    for bad in (["schema", 1], None):
+        with pytest.raises(R.RecordError, match="not a JSON object of a known schema version"):
             R.check_record(bad, "pods/x.json")
