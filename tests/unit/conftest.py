@@ -2,10 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
 import pytest
 from kubernetes import client
 
 from dracni.kube.api import load_api_client
+from tests.fakes.apiserver import FakeApiServer
+
+
+@contextmanager
+def serving(tmp_path: Path, *nodes: str, **options: Any) -> Iterator[FakeApiServer]:
+    """A test API server (``FakeApiServer`` options) with ``nodes``; it must end the test
+    without an internal error."""
+    server = FakeApiServer(tmp_path / "api", **options).start()
+    for node in nodes:
+        server.add_node(node)
+    try:
+        yield server
+        assert not server.internal_errors
+    finally:
+        server.close()
 
 
 def client_for(kubeconfig: str) -> client.ApiClient:

@@ -7,17 +7,13 @@ import pytest
 
 from dracni.kube.api import ApiError, KubeApi
 from dracni.kube.events import FINISH_SECONDS, SPAM_BURST, EventRecorder, claim_ref, pod_ref
-from tests.fakes.apiserver import FakeApiServer
+from tests.unit.conftest import serving
 
 
 @pytest.fixture
 def fake(tmp_path):
-    server = FakeApiServer(tmp_path / "api").start()
-    try:
+    with serving(tmp_path) as server:
         yield server
-        assert not server.internal_errors
-    finally:
-        server.close()
 
 
 @pytest.fixture

@@ -10,19 +10,15 @@ from dracni.kube.ipamclaims import IpamClaimWriter
 from dracni.state.store import StateDir
 from dracni.status.drain import drain_outbox
 from dracni.status.sink import SinkError
-from tests.fakes.apiserver import FakeApiServer
+from tests.unit.conftest import serving
 
 DRIVER = "dracni.io"
 
 
 @pytest.fixture
 def fake(tmp_path):
-    server = FakeApiServer(tmp_path / "api", ipamclaims=True).start()
-    try:
+    with serving(tmp_path, ipamclaims=True) as server:
         yield server
-        assert not server.internal_errors
-    finally:
-        server.close()
 
 
 @pytest.fixture

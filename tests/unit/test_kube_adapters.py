@@ -13,6 +13,7 @@ from dracni.kubelet.helper import KubeletPluginHelper as Preparer
 from dracni.state.store import StateDir
 from dracni.status.sink import SinkError
 from tests.fakes.apiserver import FakeApiServer
+from tests.unit.conftest import serving
 
 DRIVER = "dracni.io"
 NODE = "node-a"
@@ -25,13 +26,8 @@ PARAMS = {
 
 @pytest.fixture
 def fake(tmp_path):
-    server = FakeApiServer(tmp_path / "api").start()
-    server.add_node(NODE)
-    try:
+    with serving(tmp_path, NODE) as server:
         yield server
-        assert not server.internal_errors
-    finally:
-        server.close()
 
 
 @pytest.fixture

@@ -14,18 +14,14 @@ from dracni.kubelet.helper import ClaimRef, KubeletPluginHelper
 from dracni.kubelet.shared_claims import SharedClaimPods, claim_names
 from dracni.state.store import StateDir
 from tests.fakes.apiserver import FakeApiServer
+from tests.unit.conftest import serving
 from tests.unit.test_kube_adapters import DRIVER, NODE, make_claim, ref
 
 
 @pytest.fixture
 def fake(tmp_path):
-    server = FakeApiServer(tmp_path / "api").start()
-    server.add_node(NODE)
-    try:
+    with serving(tmp_path, NODE) as server:
         yield server
-        assert not server.internal_errors
-    finally:
-        server.close()
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from dracni.state.store import StateDir
 from dracni.status.drain import drain_outbox
 from dracni.status.sink import SinkError
 from tests.fakes.apiserver import FakeApiServer, RequestAttributes
+from tests.unit.conftest import serving
 
 DRIVER = "dracni.io"
 NODE = "node-a"
@@ -37,13 +38,8 @@ class Rules:
 
 @pytest.fixture
 def fake(tmp_path):
-    server = FakeApiServer(tmp_path / "api", node_name=NODE).start()
-    server.add_node(NODE)
-    try:
+    with serving(tmp_path, NODE, node_name=NODE) as server:
         yield server
-        assert not server.internal_errors
-    finally:
-        server.close()
 
 
 @pytest.fixture
