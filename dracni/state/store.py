@@ -269,12 +269,16 @@ class StateDir:
         return self._list_records("claims", bad)
 
     def _list_records(self, kind: str, bad: list[BadRecord] | None, prefix: str | None = None) -> list[Any]:
+        stems = [s for s in self._list(kind) if prefix is None or s.startswith(prefix)]
+        return self._read_each([self._path(kind, stem) for stem in stems], bad)
+
+    def _read_each(self, paths: list[str], bad: list[BadRecord] | None) -> list[Any]:
+        """The records at ``paths`` that exist, in that order; with ``bad``, unreadable ones are
+        collected there instead of raising."""
         records = []
-        for stem in self._list(kind):
-            if prefix is not None and not stem.startswith(prefix):
-                continue
+        for path in paths:
             try:
-                record = self._read(self._path(kind, stem))
+                record = self._read(path)
             except BadRecord as exc:
                 if bad is None:
                     raise
@@ -301,17 +305,7 @@ class StateDir:
     def read_claims(self, uids: list[str], bad: list[BadRecord] | None = None) -> list[PreparedClaim]:
         """The prepared claims of ``uids`` that exist, in that order; with ``bad``, unreadable
         ones are collected there instead of raising."""
-        records = []
-        for uid in uids:
-            try:
-                record = self.read_claim(uid)
-            except BadRecord as exc:
-                if bad is None:
-                    raise
-                bad.append(exc)
-                continue
-            if record is not None:
-                records.append(record)
+        records: list[PreparedClaim] = self._read_each([self._path("claims", uid) for uid in uids], bad)
         return records
 
     def put_claim(self, record: PreparedClaim) -> None:
