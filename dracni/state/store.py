@@ -429,6 +429,19 @@ class StateDir:
             self._write(path, record)
             return record
 
+    def end_lasting_failures(self, claim_uids: list[str]) -> None:
+        """The claims were unprepared: drop the failures their pods' DELs left in the outbox
+        (``records.retract_facts``), so that the publisher clears them from the status."""
+        with self.locked():
+            for uid in claim_uids:
+                path = self._path("outbox", uid)
+                record: StatusOutbox | None = self._read_or_quarantine(path)
+                if record is None or not any(f.get("lasting") for f in record["devices"]):
+                    continue
+                record["devices"] = R.end_lasting(record["devices"])
+                record["seq"] += 1
+                self._write(path, record)
+
     def mark_published(self, claim_uid: str, seq: int) -> bool:
         """Record that ``seq`` reached the status sink; drop the entry when nothing is left.
 
