@@ -94,6 +94,12 @@ def _install_errors(func: Callable[P, R]) -> Callable[P, R]:
 )
 @click.option("--node-name", envvar="NODE_NAME", default=None, help="The node a failed check is reported on (Event).")
 @click.option(
+    "--kubeconfig",
+    envvar="KUBECONFIG",
+    default=None,
+    help="Kubeconfig for that Event; default: in-cluster config when in a cluster, else no Event.",
+)
+@click.option(
     "--watch", is_flag=True, help="After installing, keep the chained conflist in sync with the primary until SIGTERM."
 )
 @click.option("--resync-seconds", default=60.0, show_default=True, type=click.FloatRange(min=0.1), hidden=True)
@@ -109,6 +115,7 @@ def install(
     bundle_dir: str | None,
     host_root: str,
     node_name: str | None,
+    kubeconfig: str | None,
     watch: bool,
     resync_seconds: float,
 ) -> None:
@@ -143,7 +150,8 @@ def install(
     try:
         executable = inst.install_bundle(bundle_dir, bin_dir, verify=lambda exe: check.run(exe, bin_dir))
     except HostCheckError as exc:
-        _report_on_node(node_name, f"dracni was not installed: {exc}; the node's CNI configuration is unchanged")
+        note = f"dracni was not installed: {exc}; the node's CNI configuration is unchanged"
+        _report_on_node(node_name, kubeconfig, note)
         raise
     after = os.path.relpath(executable, bin_dir)
     click.echo(f"{link} -> {after}" + (" (unchanged)" if before == after else ""))
@@ -174,16 +182,18 @@ def install(
     inst.watch(conf_dir, dracni_conf, primary, conf_file, stop=stop, resync_seconds=resync_seconds)
 
 
-def _report_on_node(node_name: str | None, message: str) -> None:
-    """A Warning Event on the Node, when running in a cluster (best effort: the init
+def _report_on_node(node_name: str | None, kubeconfig: str | None, message: str) -> None:
+    """A Warning Event on the Node, when there is a cluster to tell (best effort: the init
     container's exit status and its last log line say the same)."""
-    if not node_name or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+    if not node_name or not (kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST")):
         return
     try:
         from ..kube.api import KubeApi, load_api_client
         from ..kube.events import EventRecorder
 
-        api = KubeApi(load_api_client(None, node_name))
+        api_client = load_api_client(kubeconfig, node_name)
+        api_client.configuration.retries = 1
+        api = KubeApi(api_client)
         recorder = EventRecorder(api, controller=defaults.DRIVER, instance=f"{defaults.DRIVER}-{node_name}")
         recorder.retry_seconds = 1.0
         regarding = {"apiVersion": "v1", "kind": "Node", "name": node_name}

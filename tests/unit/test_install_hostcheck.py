@@ -129,3 +129,18 @@ def test_the_nodes_glibc_release_is_read_from_its_root(tmp_path: Path) -> None:
 def test_an_executable_that_cannot_be_started_at_all_is_named(tmp_path: Path) -> None:
     with pytest.raises(HostCheckError, match="cannot run"):
         HostCheck("/").run(str(tmp_path / "missing"), str(tmp_path))
+
+
+def test_a_refused_copy_is_a_warning_event_on_the_node(node: Path, tmp_path: Path) -> None:
+    """What `kubectl describe node` shows (the init container's status says the same)."""
+    from tests.unit.conftest import serving
+
+    with serving(tmp_path, "node-7") as api:
+        result = install(node, broken_bundle(node / "b", OLD_GLIBC), "--node-name", "node-7",
+                         "--kubeconfig", api.kubeconfig_path)  # fmt: skip
+        assert result.exit_code == 1
+        (event,) = api.list_events("default")
+    assert event["type"] == "Warning" and event["reason"] == "CNIPluginCannotRun"
+    assert event["regarding"] == {"apiVersion": "v1", "kind": "Node", "name": "node-7"}
+    assert event["note"].startswith("dracni was not installed: ") and "GLIBC_2.99" in event["note"]
+    assert event["note"].endswith("the node's CNI configuration is unchanged")
