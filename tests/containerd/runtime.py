@@ -61,6 +61,8 @@ def missing_tools() -> str | None:
         return f"{BUSYBOX} is missing (Debian's busybox-static builds the sandbox image)"
     if os.geteuid() != 0:
         return "containerd needs root"
+    if not any(line.split()[2] in ("cgroup", "cgroup2") for line in Path("/proc/self/mounts").read_text().splitlines()):
+        return "no cgroup filesystem mounted: runc cannot start a sandbox"
     return None
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import shutil
+import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +17,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.containerd.runtime import DRACNI_CONF_FILE, POD_SUBNET, Sandbox, World
+from tests import procs
+from tests.containerd.runtime import DRACNI_CONF_FILE, POD_SUBNET, Sandbox, World, shim_socket
 from tests.harness import attachment_params, claim_manifest, ip
 
 
@@ -161,9 +164,9 @@ def test_failing_delegate_fails_the_sandbox_leaks_nothing_and_a_retry_works(worl
     with pytest.raises(grpc.RpcError) as failed:
         world.cri.run_pod("flaky", pod_uid)
 
-    message = failed.value.details()
-    assert 'plugin type="dracni"' in message or "dracni" in message
-    assert "claim default/mv request net (net1): delegate macvlan ADD failed" in message, message
+    message = failed.value.details()  # libcni's wrapping of dracni's error, as kubelet would see it
+    expected = 'plugin type="dracni" failed (add): claim default/mv request net (net1): delegate macvlan ADD failed'
+    assert expected in message, message
     # containerd tore the sandbox down (DEL of the whole chain): nothing of it is left.
     assert_nothing_left(world, ["mv"])
 
@@ -260,12 +263,35 @@ def test_install_while_containerd_runs_puts_dracni_in_the_chain(bare_world: Worl
 
     # containerd reloads its CNI config on an fsnotify event: the next pod goes through dracni.
     deadline = time.monotonic() + 10
-    while True:
-        after = world.cri.run_pod("late", pod_uid)
-        if "net1" in world.pod_links(after.id) or time.monotonic() > deadline:
-            break
+    while "net1" not in (links := world.pod_links((after := world.cri.run_pod("late", pod_uid)).id)):
+        assert time.monotonic() < deadline, f"containerd still runs bridge alone 10 s after install: {sorted(links)}"
         remove(world, after)
         time.sleep(0.1)
-    assert inet(world.pod_links(after.id), "net1") == ["10.10.1.2/24"]
+    assert inet(links, "net1") == ["10.10.1.2/24"]
     remove(world, after)
     assert_nothing_left(world, ["mv"])
+
+
+def test_teardown_with_pods_running_leaves_no_process_mount_or_socket(_runtime_available: None) -> None:
+    """What the fixtures do when a test fails midway: containerd, shims, pause processes,
+    rootfs and netns mounts, shim sockets, the node's netns: all gone."""
+    base = Path(tempfile.mkdtemp(prefix="dracni-ctrd-"))
+    try:
+        world = World(base, nics=())
+        try:
+            world.cri.run_pod("left-a")
+            world.cri.run_pod("left-b")
+            assert world.containerd is not None
+            shims = world.containerd._shims()
+            sockets = [s for s in (shim_socket(p.argv) for p in shims) if s is not None]
+            assert len(sockets) == 2 and all(s.exists() for s in sockets)
+            netns = world.node.netns
+        finally:
+            world.close()  # no StopPodSandbox: the shims are killed
+        assert not any(procs.alive(p) for p in shims)
+        assert not any(s.exists() for s in sockets)
+        assert not netns.exists()
+        prefix = str(base.resolve()) + "/"
+        assert [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if prefix in line] == []
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
