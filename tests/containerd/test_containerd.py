@@ -111,7 +111,21 @@ def test_pod_with_one_claim_gets_net1_and_its_status_is_published(world: World, 
     assert inet(links, "eth0") == [f"{eth0_ip}/16"]
     assert inet(links, "net1") == ["10.10.1.2/24"]
     assert reservations(world, "mv") == ["10.10.1.2"]
-    assert len(attachments(world)) == 1
+    # What containerd's libcni handed dracni: the sandbox's ID and netns, and the pod's identity
+    # in CNI_ARGS (containerd 1.6 sandbox_run.go toCNILabels: K8S_POD_NAMESPACE, K8S_POD_NAME,
+    # K8S_POD_INFRA_CONTAINER_ID, K8S_POD_UID; libcni adds IgnoreUnknown=1).
+    (record_name,) = attachments(world)
+    record = json.loads((world.node.state_dir / "attachments" / record_name).read_text())
+    assert (record["network"], record["containerID"], record["ifName"]) == ("podnet", sandbox.id, "eth0")
+    assert record["netns"] == world.cri.netns_path(sandbox.id) and record["state"] == "ready"
+    assert record["pod"] == {"uid": pod_uid, "namespace": "default", "name": "web"}
+    assert dict(kv.split("=", 1) for kv in record["cniArgs"].split(";")) == {
+        "IgnoreUnknown": "1",
+        "K8S_POD_NAMESPACE": "default",
+        "K8S_POD_NAME": "web",
+        "K8S_POD_INFRA_CONTAINER_ID": sandbox.id,
+        "K8S_POD_UID": pod_uid,
+    }
 
     world.node.dracni("publish-status", str(world.node.claims_dir), f"--state-dir={world.node.state_dir}")
     (status_file,) = world.node.claims_dir.glob("*.status.json")
