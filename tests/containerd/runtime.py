@@ -13,9 +13,10 @@ One home for the set-up shared by ``tests/containerd/`` and ``tests/bench.py``:
   exec`` would remount /sys), with a private root, state, socket and config; the image
   imported with ``ctr``.  ``stop`` ends containerd, the shims and the pause processes they
   started, and unmounts what they left, also after a failure.
-- ``Cri``: the CRI v1 RuntimeService over gRPC, its messages compiled at import from
-  ``spec/k8s.io/cri-api/pkg/apis/runtime/v1/api.proto`` (a subset of upstream's, same field
-  numbers), nothing shared with dracni.
+- ``Cri``: the CRI v1 RuntimeService over gRPC, its messages compiled on first use from
+  ``tests/containerd/proto/k8s.io/cri-api/pkg/apis/runtime/v1/api.proto`` (a subset of
+  upstream's, same field numbers; not under spec/, whose files ship in the bundle: dracni does
+  not speak CRI), nothing shared with dracni.
 
 Everything lives in one temp dir and the node's netns; nothing touches the host network.
 """
@@ -44,6 +45,7 @@ from tests.fakes.kubelet.protos import Api, compile_protos
 from tests.harness import DEBIAN_CNI_DIR, DRACNI_BINARY, REPO, Netns, ip, run
 
 CRI_PROTO = ("k8s.io/cri-api/pkg/apis/runtime/v1/api.proto", "runtime.v1")
+PROTO_DIR = Path(__file__).resolve().parent / "proto"
 IMAGE = "dracni.test/pause:busybox"
 BUSYBOX = Path("/bin/busybox")
 CACHE = REPO / ".cache" / "containerd"
@@ -128,7 +130,7 @@ _CRI: Api | None = None
 def cri_api() -> Api:
     global _CRI
     if _CRI is None:
-        _CRI = Api(compile_protos([CRI_PROTO[0]]), *CRI_PROTO)
+        _CRI = Api(compile_protos([CRI_PROTO[0]], include=PROTO_DIR), *CRI_PROTO)
     return _CRI
 
 
