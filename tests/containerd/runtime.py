@@ -161,14 +161,19 @@ class Cri:
 
     def run_pod(self, name: str, uid: str | None = None, namespace: str = "default") -> Sandbox:
         """RunPodSandbox the way kubelet fills the config for a pod in the pod network
-        (kuberuntime_sandbox.go generatePodSandboxConfig, trimmed to what containerd reads)."""
+        (pkg/kubelet/kuberuntime/kuberuntime_sandbox.go generatePodSandboxConfig and
+        generatePodSandboxLinuxConfig, labels.go newPodLabels; trimmed to what containerd reads)."""
         uid = uid or str(uuid.uuid4())
         api = self.api
         config = api.PodSandboxConfig(
             metadata=api.PodSandboxMetadata(name=name, uid=uid, namespace=namespace, attempt=0),
             hostname=name,
             log_directory=str(self.log_root / f"{namespace}_{name}_{uid}"),
-            labels={"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": namespace},
+            labels={
+                "io.kubernetes.pod.name": name,
+                "io.kubernetes.pod.namespace": namespace,
+                "io.kubernetes.pod.uid": uid,
+            },
             linux=api.LinuxPodSandboxConfig(
                 security_context=api.LinuxSandboxSecurityContext(
                     namespace_options=api.NamespaceOption(network=0, pid=1, ipc=0)  # POD, CONTAINER, POD

@@ -90,6 +90,7 @@ def primary_ip(world: World, sandbox: Sandbox) -> str:
     status, _ = world.cri.status(sandbox.id)
     assert status.state == 0  # SANDBOX_READY
     assert ipaddress.ip_address(status.network.ip) in ipaddress.ip_network(POD_SUBNET)
+    assert list(status.network.additional_ips) == []  # net1's address is the claim's, not the pod's
     return str(status.network.ip)
 
 
