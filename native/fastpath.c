@@ -480,8 +480,12 @@ static int ifname_ok(const char *s)
 	return 1;
 }
 
-static int path_text(const char *s) /* printable ASCII, no '/': one path component */
+/* A pod's UID, namespace or name as part of a record's file name (store.py _safe_component
+ * refuses '/'): printable ASCII, no '/', no "..", never judged here otherwise. */
+static int path_text(const char *s)
 {
+	if (strstr(s, ".."))
+		return 0;
 	for (; *s; s++)
 		if (*s < ' ' || *s > '~' || *s == '/')
 			return 0;
