@@ -13,11 +13,11 @@ import time
 
 from tests import procs
 from tests.harness import DRACNI_BINARY
+from tests.integration.conftest import ipam_reservations, macvlan, one_device_claim
 
 #: The process that runs delegates: the native fast path (DRACNI_BINARY) hands a pod with claims
 #: over by exec'ing, in the same process, the Python executable beside it.
 PYTHON_PATH = os.path.join(os.path.dirname(os.path.realpath(DRACNI_BINARY)), "dracni-python")
-from tests.integration.conftest import ipam_reservations, macvlan, one_device_claim
 
 
 def recorded(record_file) -> list[dict]:
