@@ -3,6 +3,7 @@
 #   make test    install what is needed, build the frozen binary, run every test
 #   make bench   hot-path benchmarks (medians and ratios from one run)
 #   make lint    ruff (lint + format check) and mypy --strict on dracni/ (part of make test)
+#   make image-test  build packaging/Dockerfile with buildah (no Docker engine) and run the image
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -15,13 +16,14 @@ PYBUNDLE := dist/dracni/dracni-python
 # The native fast path (native/fastpath.c): static, so that it runs on any node's libc.
 NATIVE_CFLAGS := -static -O2 -Wall -Wextra -Werror
 APT_PACKAGES := containernetworking-plugins iproute2 golang-go golang-github-appc-cni-dev containerd runc busybox-static \
-                python3-venv python3-dev binutils xz-utils dpkg-dev iptables gcc libc6-dev
+                python3-venv python3-dev binutils xz-utils dpkg-dev iptables gcc libc6-dev \
+                buildah debootstrap
 SOURCES := $(shell find dracni cmd spec packaging -type f -not -path '*/__pycache__/*' 2>/dev/null) pyproject.toml
 
-.PHONY: help deps sysdeps venv tools binary test unit integration demo bench clean lint
+.PHONY: help deps sysdeps venv tools binary test unit integration demo bench clean lint image-test
 
 help:
-	@echo "make demo | make test | make lint | make bench | make binary | make clean"
+	@echo "make demo | make test | make lint | make bench | make binary | make image-test | make clean"
 
 # -- dependencies: Debian packages, then a virtualenv from pyproject.toml ----------------
 sysdeps: .cache/sysdeps.stamp
@@ -72,6 +74,11 @@ demo: deps tools binary
 
 bench: deps tools binary
 	DRACNI_BINARY=$(CURDIR)/$(DRACNI) CNI_TOOLS=$(CURDIR)/$(TOOLS) $(BIN)/python -m tests.bench
+
+# The image, built from packaging/Dockerfile by buildah on local debootstrap bases, its
+# commands run (tests/image/; private storage in .cache/image/).  Cold ~N min, warm ~N s.
+image-test: deps
+	$(BIN)/pytest -q -p no:cacheprovider -s tests/image
 
 clean:
 	rm -rf build dist .cache $(VENV) *.egg-info
