@@ -16,7 +16,9 @@
  * pod_index_keys/attachment_key, dracni/state/store.py pod_claim_uids/_path/_safe_component,
  * dracni/cni/plugin.py MetaPlugin.delete/check.  Layout: spec/state-layout.md.
  *
- * DRACNI_FASTPATH_TRACE=<file>: append "fast" or "python <reason>" (one line) to that file.
+ * Test knobs: DRACNI_FASTPATH_TRACE=<file> appends "fast" or "python <reason>" (one line) to that
+ * file; DRACNI_FASTPATH_PIPE (any value) hands stdin over through the pipe fallback, as when
+ * memfd_create is unavailable.
  */
 #define _GNU_SOURCE
 #include <errno.h>
