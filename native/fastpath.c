@@ -602,8 +602,9 @@ static const char *decide(int argc, const unsigned char *in, size_t inlen, buf *
 		return "state dir";
 	const node *net = member(conf, "name");
 	if (strcmp(cmd, "ADD")) { /* plugin.py delete/check: the attachment record first */
-		snprintf(stem, sizeof stem, "%.*s+%s+%s", (int)net->n, net->s, cid, ifname); /* records.py attachment_key */
-		if (!absent(root, "attachments", stem))
+		/* records.py attachment_key */
+		if (snprintf(stem, sizeof stem, "%.*s+%s+%s", (int)net->n, net->s, cid, ifname) >= (int)sizeof stem ||
+		    !absent(root, "attachments", stem))
 			return "attachment record";
 	}
 	/* store.py pod_claim_uids: with a pod UID only uid_<uid>; else name_<ns>_<name> */

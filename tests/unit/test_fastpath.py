@@ -655,3 +655,21 @@ def test_sanitizers_find_nothing_on_the_corpus(tmp_path: Path) -> None:
         out = run_case(case, bundle / "dracni")
         assert out.returncode != 99, f"sanitizer report on {case.kind}: {case.stdin!r}"
         shutil.rmtree(case.root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("length", [300, 5000], ids=["over NAME_MAX", "over PATH_MAX"])
+@pytest.mark.parametrize("with_dirs", [False, True], ids=["no record dirs", "record dirs"])
+def test_names_too_long_for_a_file_name_agree(tmp_path: Path, length: int, with_dirs: bool) -> None:
+    """A record name the kernel refuses (ENAMETOOLONG) is not an absent record: Python reports it
+    (or, without the directory, both see ENOENT first): the two paths agree either way."""
+    conf = json.dumps({"cniVersion": "1.0.0", "name": "n" * length}).encode()
+    outs = []
+    for exe in (NATIVE, PYTHON):
+        shutil.rmtree(tmp_path, ignore_errors=True)
+        tmp_path.mkdir()
+        env = cni_env(tmp_path, "DEL")
+        if with_dirs:
+            (tmp_path / "state" / "attachments").mkdir()
+        proc = subprocess.run([str(NATIVE)], executable=exe, env=env, input=conf, capture_output=True, timeout=60)
+        outs.append((proc.returncode, proc.stdout))
+    assert outs[0] == outs[1]
