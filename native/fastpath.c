@@ -16,7 +16,9 @@
  * pod_index_keys/attachment_key, dracni/state/store.py pod_claim_uids/_path/_safe_component,
  * dracni/cni/plugin.py MetaPlugin.delete/check.  Layout: spec/state-layout.md.
  *
- * DRACNI_FASTPATH_TRACE=<file>: append "fast" or "python <reason>" (one line) to that file.
+ * Test knobs: DRACNI_FASTPATH_TRACE=<file> appends "fast" or "python <reason>" (one line) to that
+ * file; DRACNI_FASTPATH_PIPE (any value) hands stdin over through the pipe fallback, as when
+ * memfd_create is unavailable.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -600,8 +602,9 @@ static const char *decide(int argc, const unsigned char *in, size_t inlen, buf *
 		return "state dir";
 	const node *net = member(conf, "name");
 	if (strcmp(cmd, "ADD")) { /* plugin.py delete/check: the attachment record first */
-		snprintf(stem, sizeof stem, "%.*s+%s+%s", (int)net->n, net->s, cid, ifname); /* records.py attachment_key */
-		if (!absent(root, "attachments", stem))
+		/* records.py attachment_key */
+		if (snprintf(stem, sizeof stem, "%.*s+%s+%s", (int)net->n, net->s, cid, ifname) >= (int)sizeof stem ||
+		    !absent(root, "attachments", stem))
 			return "attachment record";
 	}
 	/* store.py pod_claim_uids: with a pod UID only uid_<uid>; else name_<ns>_<name> */
