@@ -11,8 +11,9 @@ One home for the machinery behind ``make image-test`` (``tests/image/test_image.
 - **Base images** (``BaseRecipe``), made locally: ``debootstrap`` straight into the mounted root
   of a ``buildah from scratch`` container, then ``buildah commit``.  A bookworm build base with
   Debian's python3 (3.11), python3-venv and python3-dev (libpython3.11.so for PyInstaller), and
-  a bookworm minbase runtime base; both get the apt sources of Debian's own images (bookworm,
-  -updates, -security).  They reach the Dockerfile through its build args ``PYTHON_IMAGE`` and
+  a bookworm minbase runtime base; both slimmed as Debian's -slim images are (no docs, man
+  pages, translations: debuerreotype's slimify lists) and with the apt sources of Debian's own
+  images (bookworm, -updates, -security).  They reach the Dockerfile through its build args ``PYTHON_IMAGE`` and
   ``RUNTIME_IMAGE``, and are cached in the private storage under a tag that is the hash of their
   recipe, so a second run builds neither.
 - **The build**: ``buildah build --layers``, so that a second run reuses every step whose inputs
@@ -26,6 +27,7 @@ Needs root (debootstrap, chroot), ``buildah`` and ``debootstrap`` (the Makefile'
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -73,6 +75,9 @@ class BaseRecipe:
     suite: str = "bookworm"
     variant: str = "minbase"
     include: tuple[str, ...] = ()
+    #: As Debian's -slim images (debuerreotype-slimify): no docs, man pages or translations,
+    #: now or for what a later ``apt-get install`` adds.
+    slim: bool = True
     arch: str = field(default_factory=lambda: _DEB_ARCH.get(platform.machine(), platform.machine()))
 
     def key(self) -> str:
@@ -272,6 +277,52 @@ def ensure_base(buildah: Buildah, recipe: BaseRecipe, log: Path | None = None) -
     return True
 
 
+#: debuerreotype's scripts/.slimify-excludes and .slimify-includes (dpkg path globs: ``*``
+#: crosses ``/``), which make debian:*-slim.
+SLIM_EXCLUDE = (
+    "/usr/share/doc/*",
+    "/usr/share/groff/*",
+    "/usr/share/info/*",
+    "/usr/share/linda/*",
+    "/usr/share/lintian/overrides/*",
+    "/usr/share/locale/*",
+    "/usr/share/man/*",
+)
+SLIM_INCLUDE = (
+    "/usr/share/doc/*/copyright",
+    "/usr/share/doc/kde/HTML/C/*",
+    "/usr/share/gnome/help/*/C/*",
+    "/usr/share/locale/all_languages",
+    "/usr/share/locale/currency/*",
+    "/usr/share/locale/l10n/*",
+    "/usr/share/locale/languages",
+    "/usr/share/locale/locale.alias",
+    "/usr/share/omf/*/*-C.emf",
+)
+
+
+def _slimify(root: Path) -> None:
+    """dpkg excludes for what is installed later, and the same files removed now."""
+    cfg = root / "etc/dpkg/dpkg.cfg.d/docker-slim"
+    cfg.parent.mkdir(parents=True, exist_ok=True)
+    cfg.write_text(
+        "".join(f"path-exclude={p}\n" for p in SLIM_EXCLUDE) + "".join(f"path-include={p}\n" for p in SLIM_INCLUDE)
+    )
+    for top in {p.split("/*", 1)[0] for p in SLIM_EXCLUDE}:
+        for dirpath, dirnames, filenames in os.walk(root / top.lstrip("/"), topdown=False):
+            for name in filenames:
+                path = os.path.join(dirpath, name)
+                rel = "/" + os.path.relpath(path, root)
+                if any(fnmatch.fnmatchcase(rel, p) for p in SLIM_EXCLUDE) and not any(
+                    fnmatch.fnmatchcase(rel, p) for p in SLIM_INCLUDE
+                ):
+                    os.unlink(path)
+            for name in dirnames:
+                path = os.path.join(dirpath, name)
+                if not os.path.islink(path) and not os.listdir(path):
+                    os.rmdir(path)
+
+
 def _finish_rootfs(root: Path, recipe: BaseRecipe) -> None:
     """What debootstrap leaves that an image should not carry: the host's resolver and name
     (``buildah run`` mounts its own), the downloaded package lists; apt sources as Debian's images."""
@@ -289,6 +340,8 @@ def _finish_rootfs(root: Path, recipe: BaseRecipe) -> None:
                 p.unlink()
     for p in (root / "var/cache/apt").glob("*.bin"):
         p.unlink()
+    if recipe.slim:
+        _slimify(root)
 
 
 def _trust_store_volume() -> list[str]:
