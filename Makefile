@@ -75,8 +75,9 @@ demo: deps tools binary
 bench: deps tools binary
 	DRACNI_BINARY=$(CURDIR)/$(DRACNI) CNI_TOOLS=$(CURDIR)/$(TOOLS) $(BIN)/python -m tests.bench
 
-# The image, built from packaging/Dockerfile by buildah on local debootstrap bases, its
-# commands run (tests/image/; private storage in .cache/image/).  Cold ~N min, warm ~N s.
+# The image alone: packaging/Dockerfile built by buildah on local debootstrap bases and its
+# commands run (tests/image/, also part of make test; private storage in .cache/image/, ~7 GB
+# with vfs).  On a 2-core machine: ~5 min from nothing, ~1 min again.
 image-test: deps
 	$(BIN)/pytest -q -p no:cacheprovider -s tests/image
 
