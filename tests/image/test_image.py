@@ -197,3 +197,35 @@ def test_kubelet_plugin_help(buildah: Buildah, image: Built) -> None:
     assert flags, main["args"]
     for flag in flags:
         assert f"  {flag} " in out or f"  {flag}\n" in out or f", {flag} " in out, flag
+
+
+def test_install_without_a_primary_fails_and_names_it(buildah: Buildah, image: Built, tmp_path: Path) -> None:
+    """No primary conflist yet (the init container is retried until there is one): exit 1, one
+    line naming the missing config; the bundle is in place, no conflist is written."""
+    host = tmp_path / "host"
+    (host / "opt/cni/bin").mkdir(parents=True)
+    (host / "etc/cni/net.d").mkdir(parents=True)
+    proc = run(
+        buildah,
+        image,
+        "install",
+        "--host-root=/",
+        "--bin-dir=/fakehost/opt/cni/bin",
+        "--conf-dir=/fakehost/etc/cni/net.d",
+        volumes=[(host, "/fakehost")],
+    )
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.decode().splitlines() if line.startswith("dracni:")]
+    assert errors == ["dracni: no CNI network config in /fakehost/etc/cni/net.d yet: is the primary CNI installed?"], (
+        proc.stderr
+    )
+    assert list((host / "etc/cni/net.d").iterdir()) == []
+
+
+def test_nothing_is_left_behind(buildah: Buildah, image: Built) -> None:
+    """After the runs above (one of them failing): no working container, nothing mounted under
+    the private storage."""
+    assert buildah("containers", "--quiet") == ""
+    prefix = str(buildah.cache.resolve()) + "/"
+    with open("/proc/self/mountinfo") as f:
+        assert [line.split()[4] for line in f if line.split()[4].startswith(prefix)] == []
