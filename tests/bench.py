@@ -31,6 +31,9 @@ from pathlib import Path
 from tests.harness import DRACNI_BINARY, REPO, Lab, attachment_params, claim_manifest, ip
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "40"))
+#: ``BENCH_ONLY=ab`` runs only the CNI exec measurements (a), (b) and (c) (for profiling work);
+#: unset, everything runs.
+ONLY = os.environ.get("BENCH_ONLY", "")
 POD_UID = "bbbbbbbb-0000-4000-8000-000000000001"
 PREV_RESULT = {
     "cniVersion": "1.0.0",
@@ -124,7 +127,9 @@ def inner(base: str) -> None:
         direct.append(timed(macvlan_bin, cni_env(lab, "ADD", pod_path, cid, "net1"), json.dumps(direct_conf).encode()))
         timed(macvlan_bin, cni_env(lab, "DEL", pod_path, cid, "net1"), json.dumps(direct_conf).encode())
 
-    f_first, f_last = shared_nic_bench(lab, dracni, add_stdin, del_stdin, macvlan)
+    f_first = f_last = 0.0
+    if not ONLY:
+        f_first, f_last = shared_nic_bench(lab, dracni, add_stdin, del_stdin, macvlan)
 
     a, c = median_ms(passthrough), median_ms(tuning)
     b_total, b_direct = median_ms(with_claim), median_ms(direct)
@@ -143,10 +148,11 @@ def inner(base: str) -> None:
         f"ratios: (a)/(c) = {a / c:.1f}x   (b total)/(direct) = {b_total / b_direct:.2f}x   "
         f"(b overhead)/(a) = {b / a:.2f}x"
     )
-    print(
-        f"(f) 15 pods sharing eth1: ADD of the 1st {f_first:7.2f} ms, of the 15th {f_last:7.2f} ms "
-        f"({f_last / f_first:.2f}x)"
-    )
+    if f_first:
+        print(
+            f"(f) 15 pods sharing eth1: ADD of the 1st {f_first:7.2f} ms, of the 15th {f_last:7.2f} ms "
+            f"({f_last / f_first:.2f}x)"
+        )
 
 
 SHARING_PODS = 15
@@ -301,6 +307,8 @@ def main() -> None:
         from tests.bench_cluster import api_load_bench, burst_bench
 
         inner(sys.argv[2])
+        if ONLY:
+            return
         service_bench(sys.argv[2])
         burst_bench(sys.argv[2])
         api_load_bench(sys.argv[2])
@@ -319,7 +327,8 @@ def main() -> None:
             env=dict(os.environ, BENCH_HOST_NETNS=host),
             cwd=REPO,
         )
-        bundle_startup()
+        if not ONLY:
+            bundle_startup()
     finally:
         for ns in subprocess.run(["ip", "netns", "list"], capture_output=True).stdout.decode().split():
             if ns.startswith("dracni-bench-"):
