@@ -11,7 +11,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 TOOLS  := .cache/cni-tools
 DRACNI := dist/dracni/dracni
-APT_PACKAGES := containernetworking-plugins iproute2 golang-go golang-github-appc-cni-dev \
+APT_PACKAGES := containernetworking-plugins iproute2 golang-go golang-github-appc-cni-dev containerd runc busybox-static \
                 python3-venv python3-dev binutils xz-utils dpkg-dev iptables
 SOURCES := $(shell find dracni cmd spec packaging -type f -not -path '*/__pycache__/*' 2>/dev/null) pyproject.toml
 

@@ -139,10 +139,12 @@ def unprepare_claims(state: StateDir, uids: list[str]) -> dict[str, str | None]:
     """Forget the prepared claims; an unknown UID succeeds.
 
     Attachment records and the status outbox stay: CNI DEL and the status publisher still
-    need them after the claim is unprepared.
+    need them after the claim is unprepared.  The failures failed ADDs left in the claim's
+    status end here (``StateDir.end_lasting_failures``).
     """
     try:
         state.remove_claims(uids)
+        state.end_lasting_failures(uids)
     except StateError as exc:
         return {uid: str(exc) for uid in uids}
     return dict.fromkeys(uids)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
@@ -83,6 +84,22 @@ def _install_errors(func: Callable[P, R]) -> Callable[P, R]:
     "running bundle's directory (required when not frozen).",
 )
 @click.option(
+    "--host-root",
+    envvar="DRACNI_HOST_ROOT",
+    default="/",
+    show_default=True,
+    type=click.Path(file_okay=False, exists=True),
+    help="Where the node's root filesystem is mounted (in the DaemonSet: /host).  The installed "
+    "copy is run there (chroot) before the link or the conflist may name it.",
+)
+@click.option("--node-name", envvar="NODE_NAME", default=None, help="The node a failed check is reported on (Event).")
+@click.option(
+    "--kubeconfig",
+    envvar="KUBECONFIG",
+    default=None,
+    help="Kubeconfig for that Event; default: in-cluster config when in a cluster, else no Event.",
+)
+@click.option(
     "--watch", is_flag=True, help="After installing, keep the chained conflist in sync with the primary until SIGTERM."
 )
 @click.option("--resync-seconds", default=60.0, show_default=True, type=click.FloatRange(min=0.1), hidden=True)
@@ -96,6 +113,9 @@ def install(
     log_file: str | None,
     log_level: str | None,
     bundle_dir: str | None,
+    host_root: str,
+    node_name: str | None,
+    kubeconfig: str | None,
     watch: bool,
     resync_seconds: float,
 ) -> None:
@@ -103,7 +123,9 @@ def install(
 
     Atomic (temp + rename, never a write in place), idempotent, and reversible with
     `dracni uninstall`.  Without --watch it runs once (an init container): exit 1 when there is
-    no primary network config yet.
+    no primary network config yet.  Before the link or the conflist names the new copy, it is run
+    on the node (VERSION and a pass-through ADD, through --host-root): if it cannot run there,
+    the node's CNI configuration and the previous version stay, and it exits 1 naming the cause.
     """
     import os
 
@@ -122,7 +144,15 @@ def install(
 
     link = os.path.join(bin_dir, defaults.PLUGIN_NAME)
     before = os.readlink(link) if os.path.islink(link) else None
-    executable = inst.install_bundle(bundle_dir, bin_dir)
+    from ..install.hostcheck import HostCheck, HostCheckError
+
+    check = HostCheck(host_root)
+    try:
+        executable = inst.install_bundle(bundle_dir, bin_dir, verify=lambda exe: check.run(exe, bin_dir))
+    except HostCheckError as exc:
+        note = f"dracni was not installed: {exc}; the node's CNI configuration is unchanged"
+        _report_on_node(node_name, kubeconfig, note)
+        raise
     after = os.path.relpath(executable, bin_dir)
     click.echo(f"{link} -> {after}" + (" (unchanged)" if before == after else ""))
 
@@ -150,6 +180,27 @@ def install(
     stop_on_signals(stop)
     click.echo(f"watching {conf_dir}")
     inst.watch(conf_dir, dracni_conf, primary, conf_file, stop=stop, resync_seconds=resync_seconds)
+
+
+def _report_on_node(node_name: str | None, kubeconfig: str | None, message: str) -> None:
+    """A Warning Event on the Node, when there is a cluster to tell (best effort: the init
+    container's exit status and its last log line say the same)."""
+    if not node_name or not (kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST")):
+        return
+    try:
+        from ..kube.api import KubeApi, load_api_client
+        from ..kube.events import EventRecorder
+
+        api_client = load_api_client(kubeconfig, node_name)
+        api_client.configuration.retries = 1
+        api = KubeApi(api_client)
+        recorder = EventRecorder(api, controller=defaults.DRIVER, instance=f"{defaults.DRIVER}-{node_name}")
+        recorder.retry_seconds = 1.0
+        regarding = {"apiVersion": "v1", "kind": "Node", "name": node_name}
+        recorder.warn(regarding, "CNIPluginCannotRun", "Install", message)
+        recorder.drain()
+    except Exception as exc:  # the message still reaches the container's status
+        click.echo(f"dracni: could not record an Event on node {node_name}: {exc}", err=True)
 
 
 def _read_or_none(path: str) -> bytes | None:

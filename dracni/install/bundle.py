@@ -21,7 +21,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ..atomicfile import fsync_dir
 from ..defaults import PLUGIN_NAME
@@ -152,11 +152,14 @@ def _version_of(target: str | None) -> str | None:
     return None
 
 
-def install_bundle(bundle_dir: str, bin_dir: str) -> str:
+def install_bundle(bundle_dir: str, bin_dir: str, verify: Callable[[str], None] | None = None) -> str:
     """Install the onedir bundle under ``bin_dir`` and point ``<bin_dir>/dracni`` at it.
 
-    Returns the installed executable, ``<bin_dir>/.dracni/<hash>/dracni``.  Raises
-    InstallError (bad bundle, ``<bin_dir>/dracni`` is a directory) or OSError.
+    ``verify(executable)`` runs on the copy before the link may point at it (``hostcheck``: does
+    it run on this node?); when it raises, the link stays as it was, a copy nothing links to is
+    removed again, and the error propagates.  Returns the installed executable,
+    ``<bin_dir>/.dracni/<hash>/dracni``.  Raises InstallError (bad bundle, ``<bin_dir>/dracni``
+    is a directory, a failed check) or OSError.
     """
     bundle_dir = os.path.realpath(bundle_dir)
     _check_bundle(bundle_dir)
@@ -175,6 +178,13 @@ def install_bundle(bundle_dir: str, bin_dir: str) -> str:
         previous = _version_of(current_target)
         _ensure_version_dir(bundle_dir, versions, digest)
         target = os.path.join(VERSIONS_DIR, digest, PLUGIN_NAME)
+        if verify is not None:
+            try:
+                verify(os.path.join(bin_dir, target))
+            except Exception:
+                if current_target != target:  # never linked: it goes, the working one stays
+                    shutil.rmtree(os.path.join(versions, digest), ignore_errors=True)
+                raise
         if current_target != target:
             _replace_link(link, target)
             log.info("%s -> %s (was %s)", link, target, current_target or "absent")

@@ -446,9 +446,12 @@ class DeviceHealthReporter:
                 self._formerly[name] = offer.nic.name
             devices = tuple(device_health(self.pool, offered, links, self._formerly))
             if devices != self._devices or not self._primed:
+                # At the first refresh every device is new: one already Unhealthy when the
+                # service starts is reported too (its pods may have failed meanwhile).
                 changed = [d for d in devices if d not in self._devices]
-                for d in changed if self._primed else []:
-                    log.info("device %s is %s: %s", d.device, d.health, d.message)
+                for d in changed:
+                    if self._primed or d.health != HEALTHY:
+                        log.info("device %s is %s: %s", d.device, d.health, d.message)
                     if d.health == UNHEALTHY:
                         turned_unhealthy.append(d)
                 self._devices = devices

@@ -100,7 +100,7 @@ class Service:
             plugins_dir=opts.plugins_dir,
             registry_dir=opts.registry_dir,
             prepare=observed_prepare(self._prepare),
-            unprepare=observed_unprepare(self._unprepare),
+            unprepare=observed_unprepare(self.helper.unprepare),
             health=self.device_health,
         )
         ipamclaims = IpamClaimWriter(self.api, on_problem=self.events.ipamclaim_problem)
@@ -150,12 +150,6 @@ class Service:
         """kubelet's prepare; a claim that failed gets a Warning Event."""
         results = self.helper.prepare(refs)
         self.events.prepare_failures(refs, results)
-        return results
-
-    def _unprepare(self, refs: list[ClaimRef]) -> dict[str, str | None]:
-        """kubelet's unprepare; the failure status the claims kept goes with it."""
-        results = self.helper.unprepare(refs)
-        self.status.unprepared([uid for uid, error in results.items() if error is None])
         return results
 
     def _claimed_devices(self) -> set[str]:

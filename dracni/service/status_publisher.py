@@ -16,9 +16,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..state.store import StateDir
-from ..status.drain import Notes, drain_outbox, republish
+from ..status.drain import Notes, drain_outbox
 from ..status.entries import Entry
-from ..status.lasting import LastingFailures
 from ..status.sink import SinkError, StatusSink
 
 if TYPE_CHECKING:
@@ -61,18 +60,6 @@ class StatusPublisher:
         self.driver = driver
         self.published = 0
         self._refused: set[str] = set()  # claims whose refusal was logged: once each, not per retry
-        #: failure entries kept after the teardown DEL, until Ready=True or the claim's unprepare
-        self.lasting = LastingFailures()
-        self._unprepared: dict[str, ClaimRef] = {}  # claims whose kept failures must go
-        self._wake = threading.Event()
-
-    def unprepared(self, uids: list[str]) -> None:
-        """The claims were unprepared: their kept failures go with the next pass."""
-        for uid in uids:
-            claim = self.lasting.forget(uid)
-            if claim is not None:
-                self._unprepared[uid] = claim
-                self._wake.set()
 
     def run(self, stop: threading.Event) -> None:
         from inotify_simple import INotify, flags
@@ -91,20 +78,10 @@ class StatusPublisher:
     def _drain_once(self, backoff: float) -> float:
         """One pass over the outbox; returns the backoff before the next try (0: none needed)."""
         try:
-            report = drain_outbox(
-                self.state, self.sink, driver=self.driver, annotate=self.annotate, lasting=self.lasting
-            )
+            report = drain_outbox(self.state, self.sink, driver=self.driver, annotate=self.annotate)
         except Exception as exc:  # the state dir itself failed: keep the service alive, retry
             log.error("status outbox drain failed: %s", exc)
             return min(max(backoff * 2, MIN_BACKOFF), MAX_BACKOFF)
-        for uid, claim in list(self._unprepared.items()):
-            try:
-                republish(self.state, self.sink, claim, driver=self.driver, lasting=self.lasting)
-            except SinkError as exc:
-                if exc.retryable:
-                    report.failed[uid] = f"clearing the failure status of an unprepared claim: {exc}"
-                    continue
-            self._unprepared.pop(uid, None)
         self.published += report.published
         for uid, error in report.dropped.items():
             log.error("status of claim %s dropped: %s", uid, error)
@@ -129,8 +106,7 @@ class StatusPublisher:
         deadline = time.monotonic() + seconds
         while not stop.is_set():
             left = deadline - time.monotonic()
-            if left <= 0 or self._wake.is_set():
-                self._wake.clear()
+            if left <= 0:
                 return
             if notifier.read(timeout=int(min(left, 0.25) * 1000)):
                 time.sleep(DEBOUNCE_SECONDS)

@@ -134,6 +134,7 @@ if TYPE_CHECKING:  # typing costs ~7 ms to import: the shapes exist for the type
         ipamClaim: NotRequired[str | None]
         keptIPs: NotRequired[list[str]]
         detached: NotRequired[bool]
+        lasting: NotRequired[bool]  # a failed ADD's fact kept after its DEL (retract_facts)
 
     class StatusOutbox(TypedDict):
         kind: Literal["StatusOutbox"]
@@ -340,28 +341,52 @@ def devices_by_claim(record: Attachment) -> dict[str, list[AttachedDevice]]:
     return out
 
 
+def is_failure(fact: DeviceFact) -> bool:
+    """A fact saying an ADD failed (a Detached one is no failure)."""
+    return not fact.get("ready") and not fact.get("detached")
+
+
 def upsert_facts(old: list[DeviceFact], new: list[DeviceFact]) -> list[DeviceFact]:
     """After an ADD: ``new`` replace the same container's facts for their devices, and the
-    Detached facts a persistent attachment left; other pods' attachments stay."""
+    Detached facts and lasting failures earlier pods left there; other pods' attachments stay."""
     containers = {(fact_key(f), f.get("containerID")) for f in new}
     keys = {fact_key(f) for f in new}
 
     def superseded(fact: DeviceFact) -> bool:
         return (fact_key(fact), fact.get("containerID")) in containers or (
-            fact_key(fact) in keys and bool(fact.get("detached"))
+            fact_key(fact) in keys and bool(fact.get("detached") or fact.get("lasting"))
         )
 
     return [f for f in old if not superseded(f)] + new
 
 
 def retract_facts(old: list[DeviceFact], container_id: str, kept: list[DeviceFact]) -> list[DeviceFact]:
-    """After DEL: drop the container's facts.  A ``kept`` (Detached) fact takes its device's
-    place only when no other pod is still attached to that device."""
-    remaining = [f for f in old if f.get("containerID") != container_id]
-    live = {fact_key(f) for f in remaining if not f.get("detached")}
-    kept = [k for k in kept if fact_key(k) not in live]
+    """After DEL: drop the container's facts, except its failures.
+
+    A failed ADD's facts *last* (marked ``lasting``): the runtime DELs a failed ADD within
+    milliseconds, and the claim status must go on saying why the pod has no interface until the
+    next ADD of that device or the claim's unprepare (``end_lasting``).  One lasting failure per
+    device: a newer one replaces an older one.  A ``kept`` (Detached) fact takes its device's
+    place only when no other pod is still attached to that device and the ADD did not fail.
+    """
+    failed: list[DeviceFact] = []
+    for fact in old:
+        if fact.get("containerID") == container_id and is_failure(fact):
+            lasting: DeviceFact = {**fact, "lasting": True}
+            failed.append(lasting)
+    failed_keys = {fact_key(f) for f in failed}
+    remaining = [
+        f for f in old if f.get("containerID") != container_id and not (f.get("lasting") and fact_key(f) in failed_keys)
+    ]
+    live = {fact_key(f) for f in remaining if not f.get("detached") and not f.get("lasting")}
+    kept = [k for k in kept if fact_key(k) not in live and fact_key(k) not in failed_keys]
     keys = {fact_key(k) for k in kept}
-    return [f for f in remaining if fact_key(f) not in keys] + kept
+    return [f for f in remaining if fact_key(f) not in keys] + failed + kept
+
+
+def end_lasting(old: list[DeviceFact]) -> list[DeviceFact]:
+    """The claim was unprepared: the failures its pods left go."""
+    return [f for f in old if not f.get("lasting")]
 
 
 # -- readers ------------------------------------------------------------------------------

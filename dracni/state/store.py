@@ -322,7 +322,8 @@ class StateDir:
             adds: dict[str, list[str]] = {}
             removes: dict[str, list[str]] = {}
             for record in records:
-                old = self.read_claim(record["uid"])
+                # an unreadable old record is moved aside: kubelet's next prepare must not fail forever
+                old: PreparedClaim | None = self._read_or_quarantine(self._path("claims", record["uid"]))
                 record.setdefault("kind", R.PREPARED_CLAIM)  # type: ignore[typeddict-item]
                 self._write(self._path("claims", record["uid"]), record)
                 new_keys = claim_pod_keys(record)
@@ -342,16 +343,34 @@ class StateDir:
             removed: dict[str, PreparedClaim | None] = {}
             removes: dict[str, list[str]] = {}
             for uid in uids:
-                old = self.read_claim(uid)
+                path = self._path("claims", uid)
+                try:
+                    old: PreparedClaim | None = self._read(path)
+                    keys = claim_pod_keys(old) if old else set()
+                except BadRecord as exc:  # moved aside, so that unprepare never sticks; its pods
+                    self.quarantine(exc.path)  # are found by listing the indexes
+                    old, keys = None, self._index_keys_naming(uid)
                 removed[uid] = old
-                if old is None:
-                    continue
-                for key in claim_pod_keys(old):
+                for key in keys:
                     removes.setdefault(key, []).append(uid)
-                self._delete(self._path("claims", uid))
+                if old is not None:
+                    self._delete(path)
             for key in sorted(removes):
                 self._index_update(key, remove=removes[key])
             return removed
+
+    def _index_keys_naming(self, uid: str) -> set[str]:
+        """The pod indexes that list claim ``uid`` (a directory scan: only for a claim whose own
+        record, which names its pods, is unreadable)."""
+        keys = set()
+        for stem in self._list("pods"):
+            try:
+                index = self._read(self._path("pods", stem))
+            except BadRecord:
+                continue
+            if index is not None and uid in index.get("claims", []):
+                keys.add(stem)
+        return keys
 
     def _index_update(
         self, key: str, add: tuple[str, ...] | list[str] = (), remove: tuple[str, ...] | list[str] = ()
@@ -448,6 +467,19 @@ class StateDir:
             record["seq"] += 1
             self._write(path, record, sync_dir=sync_dir)
             return record
+
+    def end_lasting_failures(self, claim_uids: list[str]) -> None:
+        """The claims were unprepared: drop the failures their pods' DELs left in the outbox
+        (``records.retract_facts``), so that the publisher clears them from the status."""
+        with self.locked():
+            for uid in claim_uids:
+                path = self._path("outbox", uid)
+                record: StatusOutbox | None = self._read_or_quarantine(path)
+                if record is None or not any(f.get("lasting") for f in record["devices"]):
+                    continue
+                record["devices"] = R.end_lasting(record["devices"])
+                record["seq"] += 1
+                self._write(path, record)
 
     def mark_published(self, claim_uid: str, seq: int) -> bool:
         """Record that ``seq`` reached the status sink; drop the entry when nothing is left.

@@ -18,14 +18,19 @@ from typing import TYPE_CHECKING, Any
 
 from dracni.state.store import StateDir, StateError
 from dracni.status.entries import Entry, status_devices
-from dracni.status.lasting import Key, LastingFailures, entry_key
 from dracni.status.sink import SinkError, StatusSink
 
 if TYPE_CHECKING:
-    from dracni.state.records import ClaimRef, StatusOutbox
+    from dracni.state.records import StatusOutbox
 
-#: Extra conditions per status entry (pool, device, shareID), e.g. an IPAMClaim conflict.
+#: A status entry's identity: (pool, device, shareID).
+Key = tuple[str, str, str]
+#: Extra conditions per status entry, e.g. an IPAMClaim conflict.
 Notes = dict[Key, list[dict[str, Any]]]
+
+
+def entry_key(entry: Entry) -> Key:
+    return (str(entry.get("pool") or ""), str(entry.get("device") or ""), str(entry.get("shareID") or ""))
 
 
 @dataclass
@@ -61,18 +66,9 @@ def with_notes(entries: list[Entry], notes: Notes) -> list[Entry]:
     return out
 
 
-def claim_entries(
-    record: StatusOutbox | None,
-    claim: ClaimRef,
-    *,
-    driver: str,
-    notes: Notes | None = None,
-    lasting: LastingFailures | None = None,
-) -> list[Entry]:
-    """The entries to publish for a claim: its facts' entries, the failures that last, notes."""
+def claim_entries(record: StatusOutbox | None, *, driver: str, notes: Notes | None = None) -> list[Entry]:
+    """The entries to publish for a claim: its facts' entries with the notes."""
     entries = status_devices(record, driver=driver) if record is not None else []
-    if lasting is not None:
-        entries = lasting.compose(claim, entries)
     return with_notes(entries, notes or {})
 
 
@@ -82,14 +78,12 @@ def drain_outbox(
     *,
     driver: str,
     annotate: Callable[[StatusOutbox], Notes] | None = None,
-    lasting: LastingFailures | None = None,
 ) -> DrainReport:
     """Publish every pending outbox record once; see the module docstring.
 
     ``annotate(record)`` runs before a claim's status goes out (the IPAMClaim write-back) and
     returns conditions to add to its entries; a retryable SinkError from it is reported after
-    the status went out, so the record stays pending and is tried again.  ``lasting`` keeps
-    failure entries after the teardown DEL (``status/lasting.py``).
+    the status went out, so the record stays pending and is tried again.
     """
     report = DrainReport()
     for record in _pending(state, report):
@@ -106,7 +100,7 @@ def drain_outbox(
                     if not exc.retryable:
                         raise
                     retry_later = exc
-            sink.apply(claim, driver, claim_entries(record, claim, driver=driver, notes=notes, lasting=lasting))
+            sink.apply(claim, driver, claim_entries(record, driver=driver, notes=notes))
             if retry_later is not None:
                 raise retry_later
         except SinkError as exc:
@@ -116,8 +110,6 @@ def drain_outbox(
                     report.forbidden.add(uid)
                 continue
             final_error = str(exc)
-            if lasting is not None:
-                lasting.forget(uid)
         except Exception as exc:  # a malformed record or a sink bug must not stop the others
             report.failed[uid] = f"{type(exc).__name__}: {exc}"
             continue
@@ -131,15 +123,3 @@ def drain_outbox(
         else:
             report.dropped[uid] = final_error
     return report
-
-
-def republish(
-    state: StateDir, sink: StatusSink, claim: ClaimRef, *, driver: str, lasting: LastingFailures | None = None
-) -> None:
-    """Publish a claim's entries as its outbox says now (after ``lasting.forget``: the claim
-    was unprepared, so the failures it kept go); raises SinkError."""
-    try:
-        record = state.read_outbox(claim["uid"])
-    except StateError as exc:
-        raise SinkError(f"outbox of claim {claim['uid']}: {exc}") from None
-    sink.apply(claim, driver, claim_entries(record, claim, driver=driver, lasting=lasting))

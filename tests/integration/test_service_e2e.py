@@ -95,11 +95,11 @@ def test_failed_add_reports_ready_false_with_the_cni_error(lab, api, service, ku
     # The runtime's teardown DEL retracts the failed attachment: the failure stays readable
     # (issue 12 item 2) until the claim is unprepared.
     lab.cnitool("del", pod, pod_uid=pod_uid)
-    wait_for(lambda: not lab.state_dir.joinpath("outbox", f"{claim['metadata']['uid']}.json").exists(), 2.0,
-             "the DEL published")  # fmt: skip
+    wait_for(lambda: outbox_published(lab, claim), 2.0, "the DEL published")
     assert [e["conditions"][0]["message"] for e in our_status(api, claim)] == [condition["message"]]
     assert not kubelet.unprepare([claim_ref(claim)])[claim["metadata"]["uid"]].error
     wait_for(lambda: not our_status(api, claim), 2.0, "status cleared after unprepare")
+    wait_for(lambda: not outbox_path(lab, claim).exists(), 2.0, "nothing left in the outbox")
 
 
 def test_a_failure_lasts_until_the_next_successful_add(lab, api, service, kubelet):
@@ -110,8 +110,7 @@ def test_a_failure_lasts_until_the_next_successful_add(lab, api, service, kubele
     first = lab.pod()
     assert lab.cnitool("add", first, pod_uid=pod_uid, check=False).returncode != 0
     lab.cnitool("del", first, pod_uid=pod_uid)
-    wait_for(lambda: not lab.state_dir.joinpath("outbox", f"{claim['metadata']['uid']}.json").exists(), 2.0,
-             "the DEL published")  # fmt: skip
+    wait_for(lambda: outbox_published(lab, claim), 2.0, "the DEL published")
     (entry,) = our_status(api, claim)
     assert entry["conditions"][0]["status"] == "False" and "macvlan ADD failed" in entry["conditions"][0]["message"]
 
@@ -121,6 +120,41 @@ def test_a_failure_lasts_until_the_next_successful_add(lab, api, service, kubele
     wait_for(lambda: [e for e in our_status(api, claim) if e["conditions"][0]["status"] == "True"], 2.0, "Ready=True")
     lab.cnitool("del", second, pod_uid=pod_uid)
     wait_for(lambda: not our_status(api, claim), 2.0, "nothing left after the successful pod's DEL")
+    wait_for(lambda: not outbox_path(lab, claim).exists(), 2.0, "nothing left in the outbox")
+
+
+def test_a_failure_whose_add_and_del_both_happen_while_the_service_is_down_is_published(lab, api, service, kubelet):
+    """The failure lasts in the state dir, not in the service's memory: a service that was down
+    during the failed ADD and its teardown DEL (or restarts after them) still publishes it."""
+    pod_uid = new_pod_uid()
+    claim = create_allocated_claim(api, "down", pod_uid, macvlan_params(lab, master="nosuchnic"))
+    prepare_ok(kubelet, claim)
+    assert service.stop() == 0
+    pod = lab.pod()
+    assert lab.cnitool("add", pod, pod_uid=pod_uid, check=False).returncode != 0
+    lab.cnitool("del", pod, pod_uid=pod_uid)
+
+    service.start()
+    entries, _ = wait_for(lambda: our_status(api, claim), 5.0, "the failure published after the restart")
+    condition = entries[0]["conditions"][0]
+    assert condition["status"] == "False" and "delegate macvlan ADD failed" in condition["message"]
+    assert not kubelet.unprepare([claim_ref(claim)])[claim["metadata"]["uid"]].error
+    wait_for(lambda: not our_status(api, claim), 2.0, "status cleared after unprepare")
+
+
+def outbox_path(lab, claim):
+    return lab.state_dir.joinpath("outbox", f"{claim['metadata']['uid']}.json")
+
+
+def outbox_published(lab, claim) -> bool:
+    """The claim's outbox holds nothing the service has not sent (gone, or seq == publishedSeq)."""
+    import json
+
+    try:
+        record = json.loads(outbox_path(lab, claim).read_text())
+    except FileNotFoundError:
+        return True
+    return record["seq"] == record["publishedSeq"]
 
 
 def test_add_while_api_server_is_down_publishes_when_it_is_back(lab, api, service, kubelet):

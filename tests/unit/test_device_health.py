@@ -198,6 +198,24 @@ def test_the_stream_follows_link_down_and_up(node, service):
 
 
 @needs_netns
+def test_a_device_already_unhealthy_when_the_service_starts_is_reported_and_healthy_ones_are_not(node):
+    """The service's DeviceUnhealthy Events hang on ``on_unhealthy``: a NIC already down at
+    start-up is reported once, like one that goes down later; a change that keeps it down is not."""
+    ip("link", "set", "eth2p", "down", netns=node.name)
+    reporter = DeviceHealthReporter(pool=POOL, offered=lambda: OFFERED, netns=node.path)
+    told: list[tuple[str, str]] = []
+    reporter.on_unhealthy = lambda d: told.append((d.device, d.health))
+    try:
+        reporter.start()
+        assert told == [("eth2-slot-0", UNHEALTHY), ("eth2-slot-1", UNHEALTHY)]
+        reporter.refresh()
+        assert len(told) == 2
+    finally:
+        reporter.close()
+        reporter.stop()
+
+
+@needs_netns
 def test_the_stream_ends_cleanly_when_the_reporter_closes(node):
     with (
         serving(node) as (server, reporter),

@@ -295,62 +295,88 @@ def test_publish_status_exits_non_zero_on_a_real_error(state, tmp_path):
     assert "kept pending" not in result.output
 
 
-# -- failure status lasts (issue 12 item 2) ------------------------------------------------
-def test_a_failure_outlives_the_teardown_del_until_the_next_ready_add(state):
-    from dracni.status.lasting import LastingFailures
+# -- failure status lasts (issue 12 item 2): the outbox keeps it, the service holds nothing ---
+def retract(container_id: str = "c0ffee"):
+    """What the plugin's DEL does to the outbox (records.retract_facts, no Detached fact)."""
+    from dracni.state import records as R
 
-    lasting = LastingFailures()
+    return lambda devices: R.retract_facts(devices, container_id, [])
+
+
+def reasons(call) -> list[str]:
+    return [e["conditions"][0]["reason"] for e in call[2]]
+
+
+def test_a_failure_outlives_the_teardown_del_until_the_next_ready_add(state):
+    from dracni.state import records as R
+
     sink = RecordingSink()
     state.update_outbox(claim(1), add(fact("net1", ready=False)))
-    drain_outbox(state, sink, driver=DRIVER, lasting=lasting)
-    # the runtime's teardown DEL retracts the failed attachment's fact
-    state.update_outbox(claim(1), lambda devices: [])
-    drain_outbox(state, sink, driver=DRIVER, lasting=lasting)
+    drain_outbox(state, sink, driver=DRIVER)
+    state.update_outbox(claim(1), retract())  # the runtime's teardown DEL of the failed ADD
+    drain_outbox(state, sink, driver=DRIVER)
     kept = sink.calls[-1][2]
-    assert [e["conditions"][0]["reason"] for e in kept] == ["NetworkInterfaceNotReady"]
+    assert reasons(sink.calls[-1]) == ["NetworkInterfaceNotReady"]
     assert kept[0]["conditions"][0]["message"] == "no master"
-    # the next successful ADD of that device replaces it, and its DEL leaves nothing behind
-    state.update_outbox(claim(1), add(fact("net1", updated="2026-11-21T05:00:09Z")))
-    drain_outbox(state, sink, driver=DRIVER, lasting=lasting)
+    # it is in the state dir, not in a process's memory: a new publisher (a restarted
+    # service) publishes it the same way
+    assert [f.get("lasting") for f in state.read_outbox("claim-uid-1")["devices"]] == [True]
+    state.update_outbox(claim(1), lambda devices: devices)
+    drain_outbox(state, RecordingSink(), driver=DRIVER)
+    # the next successful ADD of that device (another sandbox) replaces it, and its DEL
+    # leaves nothing behind
+    ready = dict(fact("net1", updated="2026-11-21T05:00:09Z"), containerID="beef")
+    state.update_outbox(claim(1), lambda devices: R.upsert_facts(devices, [ready]))
+    drain_outbox(state, sink, driver=DRIVER)
     assert [e["conditions"][0]["status"] for e in sink.calls[-1][2]] == ["True"]
-    state.update_outbox(claim(1), lambda devices: [])
-    drain_outbox(state, sink, driver=DRIVER, lasting=lasting)
+    state.update_outbox(claim(1), retract("beef"))
+    drain_outbox(state, sink, driver=DRIVER)
     assert sink.calls[-1][2] == []
+    assert state.read_outbox("claim-uid-1") is None
+
+
+def test_one_lasting_failure_per_device_the_newest(state):
+    sink = RecordingSink()
+    first = dict(fact("net1", ready=False), containerID="a1")
+    second = dict(fact("net1", ready=False, updated="2026-11-21T05:00:05Z"), containerID="b2")
+    second["error"] = {"code": 7, "msg": "second try: no master"}
+    state.update_outbox(claim(1), add(first))
+    state.update_outbox(claim(1), retract("a1"))
+    state.update_outbox(claim(1), add(second))
+    state.update_outbox(claim(1), retract("b2"))
+    assert [(f["containerID"], f.get("lasting")) for f in state.read_outbox("claim-uid-1")["devices"]] == [("b2", True)]
+    drain_outbox(state, sink, driver=DRIVER)
+    assert sink.calls[-1][2][0]["conditions"][0]["message"] == "second try: no master"
 
 
 def test_unprepare_ends_a_kept_failure(state):
-    from dracni.service.status_publisher import StatusPublisher
+    from dracni.claims.prepare import unprepare_claims
 
     sink = RecordingSink()
-    publisher = StatusPublisher(state, sink, DRIVER)
     state.update_outbox(claim(1), add(fact("net1", ready=False), fact("net2", ready=False)))
-    publisher._drain_once(0.0)
-    state.update_outbox(claim(1), lambda devices: [])
-    publisher._drain_once(0.0)
+    state.update_outbox(claim(1), retract())
+    drain_outbox(state, sink, driver=DRIVER)
     assert [e["device"] for e in sink.calls[-1][2]] == ["net1", "net2"]
 
-    publisher.unprepared(["claim-uid-1", "claim-uid-unknown"])
-    assert publisher._wake.is_set()
-    publisher._drain_once(0.0)
+    assert unprepare_claims(state, ["claim-uid-1", "claim-uid-unknown"]) == {
+        "claim-uid-1": None,
+        "claim-uid-unknown": None,
+    }
+    drain_outbox(state, sink, driver=DRIVER)
     assert sink.calls[-1] == ({"uid": "claim-uid-1", "namespace": "default", "name": "nets-1"}, DRIVER, [])
+    assert state.read_outbox("claim-uid-1") is None  # cleared once, nothing left to publish
     calls = len(sink.calls)
-    publisher._drain_once(0.0)
-    assert len(sink.calls) == calls  # cleared once, nothing left to publish
+    drain_outbox(state, sink, driver=DRIVER)
+    assert len(sink.calls) == calls
 
 
-def test_a_claim_that_is_gone_forgets_its_failures(state):
-    from dracni.status.lasting import LastingFailures
-
-    lasting = LastingFailures()
-    state.update_outbox(claim(1), add(fact("net1", ready=False)))
-    drain_outbox(state, RecordingSink(), driver=DRIVER, lasting=lasting)
-    assert lasting.holds("claim-uid-1")
-    state.update_outbox(claim(1), lambda devices: [])
-    gone = RecordingSink(
-        fail={"claim-uid-1": SinkError("ResourceClaim default/nets-1 no longer exists", retryable=False)}
-    )
-    assert list(drain_outbox(state, gone, driver=DRIVER, lasting=lasting).dropped) == ["claim-uid-1"]
-    assert not lasting.holds("claim-uid-1")
+def test_a_failure_of_one_pod_never_hides_another_pods_ready_attachment(state):
+    shared = dict(fact("net1"), containerID="ready-pod")
+    state.update_outbox(claim(1), add(shared, dict(fact("net1", ready=False), containerID="failed-pod")))
+    state.update_outbox(claim(1), retract("failed-pod"))
+    sink = RecordingSink()
+    drain_outbox(state, sink, driver=DRIVER)
+    assert [e["conditions"][0]["status"] for e in sink.calls[-1][2]] == ["True"]
 
 
 def test_annotations_add_conditions_and_a_retryable_one_keeps_the_record_pending(state):

@@ -722,6 +722,25 @@ def test_write_ahead_refuses_to_overwrite_a_newer_record_and_quarantines_a_corru
     assert [p.name.split(".")[0] for p in (root / "quarantine").iterdir()] == ["attachments+cbr0+c0ffee+eth0"]
 
 
+def test_prepare_and_unprepare_move_an_unreadable_prepared_claim_aside_instead_of_failing(
+    state: StateDir, root: Path
+) -> None:
+    """kubelet retries prepare and unprepare until they succeed: a damaged claim record must not
+    make either fail forever.  It is moved aside intact and the pod indexes stay right."""
+    state.put_claims([prepared_claim("a"), prepared_claim("b")])
+    (root / "claims" / "a.json").write_text("{torn")
+    state.put_claims([prepared_claim("a")])  # kubelet's next prepare
+    assert state.read_claim("a") is not None
+    assert [p.name.split(".")[0] for p in (root / "quarantine").iterdir()] == ["claims+a"]
+
+    (root / "claims" / "a.json").write_text(json.dumps({"schema": 99, "kind": "PreparedClaim"}))
+    assert state.remove_claims(["a"]) == {"a": None}  # unprepare: the newer record is moved, not rewritten
+    assert state.read_claim("a") is None and len(list((root / "quarantine").iterdir())) == 2
+    assert state.pod_claim_uids("pod-uid-1", None, None) == ["b"]  # found by listing the indexes
+    state.remove_claims(["b"])
+    assert not list((root / "pods").iterdir())
+
+
 def test_listings_collect_bad_records_instead_of_failing(state: StateDir, root: Path) -> None:
     state.put_claims([prepared_claim("a"), prepared_claim("b", pods=[("pod-uid-2", "web-1")])])
     state.update_outbox({**CLAIM_REF, "uid": "a"}, lambda facts: [fact("x")])
