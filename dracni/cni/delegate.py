@@ -54,7 +54,7 @@ class DelegateRunner:
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         self.path = path
-        self.base_env = base_env
+        self.base_env = runtime_env(base_env)
         self.versions = versions
         self.timeout = timeout
         self._answers: dict[str, list[str]] = {}  # binary identity -> versions, this invocation
@@ -180,6 +180,27 @@ class DelegateRunner:
             return jsonio.loads_object(out, f"the output of delegate {name} {command}")
         except ValueError as exc:
             raise CNIError(E.DECODE_FAILURE, str(exc)) from None
+
+
+def runtime_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` without what the frozen bundle's bootloader added to it, for the delegates.
+
+    PyInstaller's bootloader points ``LD_LIBRARY_PATH`` at the bundle's ``_internal/`` (keeping
+    the runtime's value in ``LD_LIBRARY_PATH_ORIG``) and adds ``_PYI_*`` variables: a
+    dynamically linked delegate would load the bundle's copies of libcrypto, libz, libffi, ...
+    instead of its own, and a delegate that is itself a PyInstaller application would take
+    itself for a subprocess of dracni.  PyInstaller's documented remedy: restore the original
+    value (or unset it) for the programs it runs.  Outside a bundle (no ``_PYI_`` variable)
+    ``env`` is returned as it is.
+    """
+    if not any(key.startswith("_PYI_") for key in env):
+        return env
+    cleaned = {k: v for k, v in env.items() if not k.startswith("_PYI_") and k != "LD_LIBRARY_PATH_ORIG"}
+    if "LD_LIBRARY_PATH_ORIG" in env:
+        cleaned["LD_LIBRARY_PATH"] = env["LD_LIBRARY_PATH_ORIG"]
+    else:
+        cleaned.pop("LD_LIBRARY_PATH", None)
+    return cleaned
 
 
 class _Timeout(Exception):

@@ -201,6 +201,44 @@ def test_exec_passes_env_overrides_stdin_and_parses_stdout(bindir: Path) -> None
     assert base["CNI_COMMAND"] == "stale"  # the caller's env dict is not modified
 
 
+# What PyInstaller's bootloader (bootloader/src/pyi_main.c, pyi_utils_set_library_search_path
+# in pyi_utils.c) adds to the environment of the frozen bundle before it restarts itself.
+BUNDLE = "/opt/cni/bin/.dracni/0123/_internal"
+
+
+@pytest.mark.parametrize(
+    ("runtime", "expected"),
+    [
+        ({}, None),  # the runtime set none: the bootloader's value goes
+        ({"LD_LIBRARY_PATH": "/opt/vendor/lib"}, "/opt/vendor/lib"),  # the runtime's value comes back
+    ],
+)
+def test_delegates_get_the_runtimes_environment_not_the_bundles(bindir: Path, runtime: dict, expected) -> None:
+    plugin = py_plugin(bindir / "recorder", RECORDER)
+    frozen = {"PATH": BASE_PATH, "FOO": "bar", **runtime}
+    frozen["LD_LIBRARY_PATH"] = ":".join([BUNDLE, *runtime.values()])
+    if runtime:
+        frozen["LD_LIBRARY_PATH_ORIG"] = runtime["LD_LIBRARY_PATH"]
+    frozen.update(
+        _PYI_ARCHIVE_FILE="/opt/cni/bin/.dracni/0123/dracni",
+        _PYI_PARENT_PROCESS_LEVEL="1",
+        _PYI_LINUX_PROCESS_NAME="dracni",
+    )
+    run_add(runner(bindir, env=frozen), plugin)
+    (call,) = calls(plugin)
+    env = call["env"]
+    assert env.get("LD_LIBRARY_PATH") == expected
+    assert not [k for k in env if k.startswith("_PYI_") or k == "LD_LIBRARY_PATH_ORIG"]
+    assert env["FOO"] == "bar"
+
+
+def test_outside_a_bundle_ld_library_path_is_passed_on(bindir: Path) -> None:
+    plugin = py_plugin(bindir / "recorder", RECORDER)
+    run_add(runner(bindir, env={"PATH": BASE_PATH, "LD_LIBRARY_PATH": "/opt/vendor/lib"}), plugin)
+    (call,) = calls(plugin)
+    assert call["env"]["LD_LIBRARY_PATH"] == "/opt/vendor/lib"
+
+
 def test_exec_keeps_callers_cni_args_when_none_given(bindir: Path) -> None:
     plugin = py_plugin(bindir / "recorder", RECORDER)
     r = runner(bindir, env={"PATH": BASE_PATH, "CNI_ARGS": "K8S_POD_NAME=runtime"})
