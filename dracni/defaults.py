@@ -15,6 +15,9 @@ CNI_BIN_DIR = "/opt/cni/bin"
 CNI_CONF_DIR = "/etc/cni/net.d"
 #: The plugin's executable name in the CNI bin dir (its ``type`` in a conflist).
 PLUGIN_NAME = "dracni"
+#: Beside it in the bundle dir: the PyInstaller executable.  ``dracni`` itself is the native fast
+#: path (native/fastpath.c, which names this file too); it execs this one for all it does not answer.
+PYTHON_EXECUTABLE = "dracni-python"
 #: The chained conflist ``dracni install`` writes; sorts before every other config file.
 CONF_FILE = "00-dracni.conflist"
 #: /healthz, /readyz and /metrics of the service.

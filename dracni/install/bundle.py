@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 
 from ..atomicfile import fsync_dir
-from ..defaults import PLUGIN_NAME
+from ..defaults import PLUGIN_NAME, PYTHON_EXECUTABLE
 from .errors import InstallError
 
 log = logging.getLogger(__name__)
@@ -46,15 +46,18 @@ def running_bundle_dir() -> str | None:
 
 
 def _check_bundle(bundle_dir: str) -> None:
-    exe = os.path.join(bundle_dir, PLUGIN_NAME)
+    """A onedir bundle: the native ``dracni`` (the fast path), ``dracni-python`` it hands over
+    to, and PyInstaller's ``_internal/``."""
     if not os.path.isdir(bundle_dir):
         raise InstallError(f"bundle dir {bundle_dir}: not a directory")
-    try:
-        st = os.stat(exe)
-    except OSError as exc:
-        raise InstallError(f"bundle dir {bundle_dir}: no {PLUGIN_NAME} executable ({exc.strerror})") from None
-    if not stat.S_ISREG(st.st_mode) or not st.st_mode & 0o111:
-        raise InstallError(f"bundle dir {bundle_dir}: {exe} is not an executable file")
+    for name in (PLUGIN_NAME, PYTHON_EXECUTABLE):
+        exe = os.path.join(bundle_dir, name)
+        try:
+            st = os.stat(exe)
+        except OSError as exc:
+            raise InstallError(f"bundle dir {bundle_dir}: no {name} executable ({exc.strerror})") from None
+        if not stat.S_ISREG(st.st_mode) or not st.st_mode & 0o111:
+            raise InstallError(f"bundle dir {bundle_dir}: {exe} is not an executable file")
     if not os.path.isdir(os.path.join(bundle_dir, "_internal")):
         raise InstallError(f"bundle dir {bundle_dir}: no _internal/ directory (not a onedir bundle)")
 

@@ -112,6 +112,9 @@ def make_bundle(path: Path, tag: str = "A") -> Path:
     exe = path / "dracni"
     exe.write_text(FAKE_DRACNI)
     exe.chmod(0o755)
+    python = path / "dracni-python"  # what the native fast path hands over to
+    python.write_text(FAKE_DRACNI)
+    python.chmod(0o755)
     (path / "_internal" / "version.json").write_text(version_json(tag))
     (path / "_internal" / "lib").mkdir(exist_ok=True)
     (path / "_internal" / "lib" / "module.py").write_text(f"TAG = {tag!r}\n")
@@ -238,6 +241,7 @@ def test_install_repairs_a_damaged_copy(root: Path, bundle: Path) -> None:
     "damage, message",
     [
         ("no-exe", "no dracni executable"),
+        ("no-python", "no dracni-python executable"),
         ("not-exec", "is not an executable file"),
         ("no-internal", "no _internal/"),
         ("escaping-link", "points outside the bundle"),
@@ -246,6 +250,8 @@ def test_install_repairs_a_damaged_copy(root: Path, bundle: Path) -> None:
 def test_install_refuses_what_is_not_a_bundle(root: Path, bundle: Path, damage: str, message: str) -> None:
     if damage == "no-exe":
         (bundle / "dracni").unlink()
+    elif damage == "no-python":
+        (bundle / "dracni-python").unlink()
     elif damage == "not-exec":
         (bundle / "dracni").chmod(0o644)
     elif damage == "no-internal":
