@@ -18,7 +18,7 @@ def main() -> None:
         sys.exit(run())
     from dracni.cli import main as cli_main
 
-    cli_main()
+    cli_main(prog_name="dracni")  # whatever argv[0] is: the native dracni execs dracni-python
 
 
 if __name__ == "__main__":
