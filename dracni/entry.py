@@ -16,7 +16,7 @@ def main() -> None:
         _cni()
     from dracni.cli import main as cli_main
 
-    cli_main()
+    cli_main(prog_name="dracni")  # whatever argv[0] is: the native dracni execs dracni-python
 
 
 def _cni() -> None:
