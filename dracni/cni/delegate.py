@@ -15,6 +15,7 @@ from __future__ import annotations
 import _signal  # type: ignore[import-not-found]  # signal's C half: signal itself imports enum
 import errno
 import os
+import sys
 import time
 
 from .. import jsonio
@@ -54,7 +55,7 @@ class DelegateRunner:
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         self.path = path
-        self.base_env = runtime_env(base_env)
+        self.base_env = runtime_env(base_env, getattr(sys, "_MEIPASS", None))
         self.versions = versions
         self.timeout = timeout
         self._answers: dict[str, list[str]] = {}  # binary identity -> versions, this invocation
@@ -182,24 +183,27 @@ class DelegateRunner:
             raise CNIError(E.DECODE_FAILURE, str(exc)) from None
 
 
-def runtime_env(env: dict[str, str]) -> dict[str, str]:
+def runtime_env(env: dict[str, str], bundle_libs: str | None = None) -> dict[str, str]:
     """``env`` without what the frozen bundle's bootloader added to it, for the delegates.
 
-    PyInstaller's bootloader points ``LD_LIBRARY_PATH`` at the bundle's ``_internal/`` (keeping
-    the runtime's value in ``LD_LIBRARY_PATH_ORIG``) and adds ``_PYI_*`` variables: a
-    dynamically linked delegate would load the bundle's copies of libcrypto, libz, libffi, ...
-    instead of its own, and a delegate that is itself a PyInstaller application would take
-    itself for a subprocess of dracni.  PyInstaller's documented remedy: restore the original
-    value (or unset it) for the programs it runs.  Outside a bundle (no ``_PYI_`` variable)
-    ``env`` is returned as it is.
+    PyInstaller's bootloader (``pyi_main.c``) adds ``_PYI_*`` variables and, when it restarts
+    itself (run directly, not through the native ``dracni``'s exec on the bundle's own loader),
+    points ``LD_LIBRARY_PATH`` at ``bundle_libs`` (the bundle's ``_internal/``, ``sys._MEIPASS``),
+    keeping a value the runtime set in ``LD_LIBRARY_PATH_ORIG``
+    (``pyi_utils_set_library_search_path``).  A dynamically linked delegate would load the
+    bundle's copies of libcrypto, libz, libffi, ... instead of its own, and a delegate that is
+    itself a PyInstaller application would take itself for a subprocess of dracni.  So the
+    ``_PYI_*`` variables go and ``LD_LIBRARY_PATH`` is the runtime's again (PyInstaller's
+    documented remedy); a value the bootloader did not make stays.  Outside a bundle (no
+    ``_PYI_`` variable) ``env`` is returned as it is.
     """
     if not any(key.startswith("_PYI_") for key in env):
         return env
     cleaned = {k: v for k, v in env.items() if not k.startswith("_PYI_") and k != "LD_LIBRARY_PATH_ORIG"}
     if "LD_LIBRARY_PATH_ORIG" in env:
         cleaned["LD_LIBRARY_PATH"] = env["LD_LIBRARY_PATH_ORIG"]
-    else:
-        cleaned.pop("LD_LIBRARY_PATH", None)
+    elif bundle_libs is not None and env.get("LD_LIBRARY_PATH") == bundle_libs:
+        del cleaned["LD_LIBRARY_PATH"]  # the runtime set none
     return cleaned
 
 
