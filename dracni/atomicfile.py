@@ -13,8 +13,14 @@ if TYPE_CHECKING:  # the CNI hot path imports this module: no typing at run time
     from collections.abc import Callable
 
 
-def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
-    """Raises OSError; no temp file is left behind on failure."""
+def write_atomic(path: str, data: bytes, mode: int = 0o600, *, sync_dir: bool = True) -> None:
+    """Raises OSError; no temp file is left behind on failure.
+
+    ``sync_dir=False`` leaves out the directory's fsync: readers still see the old content or
+    the new (the new content is on disk before the rename), but after a crash the file may be
+    the old one.  Only for a file whose previous durable content is as good an answer after a
+    crash (see ``StateDir.put_attachment``).
+    """
     directory = os.path.dirname(path) or "."
     tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}")
     try:
@@ -27,7 +33,8 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
         finally:
             os.close(fd)
         os.rename(tmp, path)
-        fsync_dir(directory)
+        if sync_dir:
+            fsync_dir(directory)
     except OSError:
         try:
             os.unlink(tmp)

@@ -28,10 +28,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/auxv.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 extern char **environ;
+
+/* The dynamic loader's file name in _internal/libc/ (packaging/dracni.spec copies it there). */
+#if defined(__x86_64__)
+#define LOADER_NAME "ld-linux-x86-64.so.2"
+#elif defined(__aarch64__)
+#define LOADER_NAME "ld-linux-aarch64.so.1"
+#else
+#error "dracni's bundle runs on x86_64 and arm64 (aarch64) nodes"
+#endif
 
 static const char *const VERSIONS[] = {"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}; /* versions.py SUPPORTED_VERSIONS */
 #define MAX_DEPTH 64     /* Python's json recurses (limit ~1000): stay far below */
@@ -692,6 +702,48 @@ static int restore_stdin(const unsigned char *in, size_t inlen)
 	return 0;
 }
 
+/*
+ * Exec dracni-python on the bundle's own C library (issue 14; packaging/dracni.spec copies the
+ * build machine's loader and glibc into _internal/libc/): the bundle's loader with
+ * --library-path runs it and everything it loads, so the node's C library does not matter.
+ * argv[0] becomes dracni-python's path: the bootloader finds its archive through it (the CLI
+ * names itself "dracni" whatever argv[0] says).  The PyInstaller bootloader would re-exec
+ * itself to put _internal/ on LD_LIBRARY_PATH -- through the node's loader again, and into the
+ * environment of every delegate -- unless told it is that restarted process: the two _PYI_
+ * variables of bootloader/src/pyi_main.c (level -1: "parent that needed a restart", and the
+ * archive it restarted).  A bundle without _internal/libc/ (never built so) runs plainly.
+ */
+static void exec_python(const char *exe, size_t dirlen, char **argv)
+{
+	char loader[PATH_MAX], libpath[2 * PATH_MAX + 16];
+	int argc = 0;
+	while (argv[argc])
+		argc++;
+	if ((size_t)snprintf(loader, sizeof loader, "%.*s_internal/libc/" LOADER_NAME, (int)dirlen, exe) < sizeof loader &&
+	    access(loader, X_OK) == 0) {
+		char **args = calloc((size_t)argc + 4, sizeof *args);
+		if (!args)
+			abort();
+		snprintf(libpath, sizeof libpath, "%.*s_internal/libc:%.*s_internal", (int)dirlen, exe, (int)dirlen, exe);
+		int k = 0;
+		args[k++] = loader;
+		args[k++] = "--library-path";
+		args[k++] = libpath;
+		args[k++] = (char *)exe;
+		for (int i = 1; i < argc; i++)
+			args[k++] = argv[i];
+		args[k] = NULL;
+		if (setenv("_PYI_ARCHIVE_FILE", exe, 1) < 0 || setenv("_PYI_PARENT_PROCESS_LEVEL", "-1", 1) < 0)
+			abort();
+		execve(loader, args, environ);
+		fprintf(stderr, "dracni: cannot exec %s: %s\n", loader, strerror(errno));
+		exit(127);
+	}
+	execve(exe, argv, environ);
+	fprintf(stderr, "dracni: cannot exec %s: %s\n", exe, strerror(errno));
+	exit(127);
+}
+
 static void handover(char **argv, const unsigned char *in, size_t inlen, int consumed, const char *why)
 {
 	char exe[PATH_MAX], line[160];
@@ -702,6 +754,12 @@ static void handover(char **argv, const unsigned char *in, size_t inlen, int con
 	if (n <= 0)
 		n = 0;
 	exe[n] = 0;
+	if (n == 0) { /* no /proc (a chroot without it): the path this program was exec'd by */
+		const char *execfn = (const char *)getauxval(AT_EXECFN);
+		char real[PATH_MAX];
+		if (execfn && strchr(execfn, '/') && realpath(execfn, real) && strlen(real) < sizeof exe - 32)
+			strcpy(exe, real);
+	}
 	slash = strrchr(exe, '/');
 	if (!slash) {
 		fprintf(stderr, "dracni: cannot find its own executable (/proc/self/exe)\n");
@@ -712,9 +770,7 @@ static void handover(char **argv, const unsigned char *in, size_t inlen, int con
 		perror("dracni: cannot hand stdin over");
 		exit(127);
 	}
-	execve(exe, argv, environ);
-	fprintf(stderr, "dracni: cannot exec %s: %s\n", exe, strerror(errno));
-	exit(127);
+	exec_python(exe, (size_t)(slash + 1 - exe), argv);
 }
 
 int main(int argc, char **argv)

@@ -12,8 +12,10 @@ runtime's DEL and leak what it allocated.  What runs in which order (a conflist)
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # signal's C half: signal itself imports enum
 import errno
 import os
+import sys
 import time
 
 from .. import jsonio
@@ -53,7 +55,7 @@ class DelegateRunner:
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         self.path = path
-        self.base_env = base_env
+        self.base_env = runtime_env(base_env, getattr(sys, "_MEIPASS", None))
         self.versions = versions
         self.timeout = timeout
         self._answers: dict[str, list[str]] = {}  # binary identity -> versions, this invocation
@@ -129,8 +131,6 @@ class DelegateRunner:
         cni_args: str | None = None,
     ) -> dict[str, Any] | None:
         """Run one delegate command; return its decoded stdout (None when empty)."""
-        import subprocess  # deferred: only paths that run delegates pay for it
-
         env = dict(self.base_env)
         env.update(
             {
@@ -154,16 +154,7 @@ class DelegateRunner:
             try:
                 # Its own process group: a timeout ends the delegate and everything it started.
                 # And it dies with dracni (in_child, between fork and exec), when it can.
-                proc = subprocess.Popen(
-                    [binary],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    env=env,
-                    close_fds=True,
-                    process_group=0,
-                    preexec_fn=in_child,
-                )
+                proc = _Child.start(binary, env, in_child)
                 break
             except OSError as exc:
                 if exc.errno == errno.ETXTBSY and attempt < _ETXTBSY_RETRIES:
@@ -171,25 +162,243 @@ class DelegateRunner:
                     continue
                 raise CNIError(E.IO_FAILURE, f"cannot execute delegate {binary}: {exc.strerror}") from None
         try:
-            stdout, stderr = proc.communicate(stdin, timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            returncode, stdout, stderr = proc.communicate(stdin, timeout=self.timeout)
+        except _Timeout:
+            proc.kill_group()
             raise CNIError(
                 E.TRY_AGAIN_LATER, f"delegate {name} {command} did not finish within {self.timeout:g}s"
             ) from None
         elapsed = (time.monotonic() - started) * 1000
         if stderr:
             log.debug(f"delegate {name} {command} stderr: {stderr.decode('utf-8', 'replace').strip()}")
-        log.debug(f"delegate {name} {command} ifname={ifname} exit={proc.returncode} in {elapsed:.1f}ms")
+        log.debug(f"delegate {name} {command} ifname={ifname} exit={returncode} in {elapsed:.1f}ms")
         out = stdout.strip()
-        if proc.returncode != 0:
-            raise _delegate_error(name, command, out, stderr, proc.returncode)
+        if returncode != 0:
+            raise _delegate_error(name, command, out, stderr, returncode)
         if not out:
             return None
         try:
             return jsonio.loads_object(out, f"the output of delegate {name} {command}")
         except ValueError as exc:
             raise CNIError(E.DECODE_FAILURE, str(exc)) from None
+
+
+def runtime_env(env: dict[str, str], bundle_libs: str | None = None) -> dict[str, str]:
+    """``env`` without what the frozen bundle's bootloader added to it, for the delegates.
+
+    PyInstaller's bootloader (``pyi_main.c``) adds ``_PYI_*`` variables and, when it restarts
+    itself (run directly, not through the native ``dracni``'s exec on the bundle's own loader),
+    points ``LD_LIBRARY_PATH`` at ``bundle_libs`` (the bundle's ``_internal/``, ``sys._MEIPASS``),
+    keeping a value the runtime set in ``LD_LIBRARY_PATH_ORIG``
+    (``pyi_utils_set_library_search_path``).  A dynamically linked delegate would load the
+    bundle's copies of libcrypto, libz, libffi, ... instead of its own, and a delegate that is
+    itself a PyInstaller application would take itself for a subprocess of dracni.  So the
+    ``_PYI_*`` variables go and ``LD_LIBRARY_PATH`` is the runtime's again (PyInstaller's
+    documented remedy); a value the bootloader did not make stays.  Outside a bundle (no
+    ``_PYI_`` variable) ``env`` is returned as it is.
+    """
+    if not any(key.startswith("_PYI_") for key in env):
+        return env
+    cleaned = {k: v for k, v in env.items() if not k.startswith("_PYI_") and k != "LD_LIBRARY_PATH_ORIG"}
+    if "LD_LIBRARY_PATH_ORIG" in env:
+        cleaned["LD_LIBRARY_PATH"] = env["LD_LIBRARY_PATH_ORIG"]
+    elif bundle_libs is not None and env.get("LD_LIBRARY_PATH") == bundle_libs:
+        del cleaned["LD_LIBRARY_PATH"]  # the runtime set none
+    return cleaned
+
+
+class _Timeout(Exception):
+    """The delegate outlived the runner's timeout (``subprocess.TimeoutExpired``)."""
+
+
+#: What ``close_fds`` closes up to (``subprocess``'s ``_MAXFD``).
+try:
+    _MAXFD = os.sysconf("SC_OPEN_MAX")
+except (OSError, ValueError):
+    _MAXFD = 256
+_READ_SIZE = 32768
+
+
+class _Child:
+    """One delegate process with pipes to its stdin, stdout and stderr.
+
+    What ``subprocess.Popen([binary], stdin=PIPE, stdout=PIPE, stderr=PIPE, env=env,
+    close_fds=True, process_group=0, preexec_fn=in_child)`` and ``communicate(input, timeout)``
+    did, on ``os.fork``/``os.execve``/``select.poll``: ``subprocess`` costs ~9 ms of imports
+    (``signal``, ``locale``, ``selectors``, ``threading``, ``contextlib`` and through them
+    ``enum``, ``re``, ``functools``, ``collections``), more than the rest of the ADD path's
+    Python.  As ``subprocess`` does: the child dups the pipes onto 0, 1 and 2, resets SIGPIPE
+    and SIGXFSZ (Python ignores them) to their defaults, joins its own process group, runs
+    ``in_child``, closes every other inherited descriptor and execs; an exec that fails is
+    reported through a close-on-exec pipe and raised in the parent as ``OSError`` (with its
+    errno: ETXTBSY is retried by the caller).
+    """
+
+    __slots__ = ("pid", "stdin", "stdout", "stderr", "returncode")
+
+    def __init__(self, pid: int, stdin: int, stdout: int, stderr: int) -> None:
+        self.pid = pid
+        self.stdin: int | None = stdin
+        self.stdout: int | None = stdout
+        self.stderr: int | None = stderr
+        self.returncode: int | None = None
+
+    @classmethod
+    def start(cls, binary: str, env: dict[str, str], in_child: Callable[[], None] | None) -> _Child:
+        for key, value in env.items():  # what Popen refuses before it forks
+            if "=" in key or "\0" in key or "\0" in value:
+                raise ValueError(f"illegal environment variable {key!r}")
+        ours: list[int] = []  # every descriptor made here, closed on failure
+        try:
+            in_r, in_w = _pipe(ours)
+            out_r, out_w = _pipe(ours)
+            err_r, err_w = _pipe(ours)
+            exec_r, exec_w = _pipe(ours)  # close-on-exec: EOF when the exec succeeded
+            pid = os.fork()
+            if pid == 0:
+                _exec_child(binary, env, in_child, (in_r, out_w, err_w), exec_w)  # never returns
+            for fd in (in_r, out_w, err_w, exec_w):
+                os.close(fd)
+                ours.remove(fd)
+            report = b""
+            while chunk := os.read(exec_r, 64):
+                report += chunk
+            os.close(exec_r)
+            ours.remove(exec_r)
+            if report:  # the exec failed: the child has exited
+                os.waitpid(pid, 0)
+                code = int(report) if report.isdigit() else 0
+                raise OSError(code, os.strerror(code) if code else "the child failed before exec", binary)
+        except BaseException:
+            for fd in ours:
+                os.close(fd)
+            raise
+        return cls(pid, in_w, out_r, err_r)
+
+    def communicate(self, data: bytes, timeout: float) -> tuple[int, bytes, bytes]:
+        """Write ``data`` to its stdin, read its stdout and stderr to EOF, reap it: its exit code
+        (minus the signal that killed it), stdout and stderr.  ``_Timeout`` when that takes
+        longer than ``timeout`` seconds (the process is left as it is)."""
+        import select
+
+        deadline = time.monotonic() + timeout
+        out: dict[int, list[bytes]] = {}
+        poller = select.poll()
+        view = memoryview(data)
+        if self.stdin is not None:
+            if view:
+                os.set_blocking(self.stdin, False)
+                poller.register(self.stdin, select.POLLOUT)
+            else:
+                self._close("stdin")
+        for fd in (self.stdout, self.stderr):
+            assert fd is not None
+            out[fd] = []
+            poller.register(fd, select.POLLIN | select.POLLPRI)
+        open_fds = len(out) + (1 if self.stdin is not None else 0)
+        while open_fds:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Timeout
+            for fd, _events in poller.poll(remaining * 1000):
+                if fd == self.stdin:
+                    try:
+                        view = view[os.write(fd, view) :]
+                    except BlockingIOError:
+                        continue
+                    except BrokenPipeError:  # it exited or closed its stdin: as communicate()
+                        view = view[:0]
+                    if not view:
+                        poller.unregister(fd)
+                        self._close("stdin")
+                        open_fds -= 1
+                    continue
+                chunk = os.read(fd, _READ_SIZE)
+                if chunk:
+                    out[fd].append(chunk)
+                else:
+                    poller.unregister(fd)
+                    open_fds -= 1
+        stdout = b"".join(out[self.stdout])  # type: ignore[index]
+        stderr = b"".join(out[self.stderr])  # type: ignore[index]
+        self._close("stdout")
+        self._close("stderr")
+        return self._wait(deadline), stdout, stderr
+
+    def _wait(self, deadline: float) -> int:
+        """Reap the process by ``deadline`` (``Popen.wait(timeout)``'s polling), else ``_Timeout``."""
+        delay = 0.0005
+        while True:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+                return self.returncode
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Timeout
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 2, 0.05)
+
+    def kill_group(self) -> None:
+        """SIGKILL the delegate's whole process group, reap the delegate, drop its pipes."""
+        try:
+            os.killpg(self.pid, 9)  # SIGKILL, without importing signal
+        except ProcessLookupError:
+            pass
+        if self.returncode is None:
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        for pipe in ("stdin", "stdout", "stderr"):
+            self._close(pipe)
+
+    def _close(self, pipe: str) -> None:
+        fd = getattr(self, pipe)
+        if fd is not None:
+            setattr(self, pipe, None)
+            os.close(fd)
+
+
+def _pipe(ours: list[int]) -> tuple[int, int]:
+    """A pipe (close-on-exec both ends) whose descriptors are above 0, 1 and 2, so that the
+    child's dup2 onto those never overwrites another of its pipes."""
+    ends = []
+    for fd in os.pipe():
+        ours.append(fd)
+        if fd <= 2:  # our own stdin/stdout/stderr were closed: move it up
+            import fcntl
+
+            high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+            ours.append(high)
+            os.close(fd)
+            ours.remove(fd)
+            fd = high
+        ends.append(fd)
+    return ends[0], ends[1]
+
+
+def _exec_child(
+    binary: str, env: dict[str, str], in_child: Callable[[], None] | None, stdio: tuple[int, int, int], report: int
+) -> None:
+    """In the forked child: set up, exec; on failure report the errno to ``report`` and exit."""
+    code = b"0"
+    try:
+        for target, fd in enumerate(stdio):
+            os.dup2(fd, target)  # inheritable
+        for signum in (_signal.SIGPIPE, _signal.SIGXFSZ):  # subprocess's restore_signals
+            _signal.signal(signum, _signal.SIG_DFL)
+        os.setpgid(0, 0)
+        if in_child is not None:
+            in_child()
+        os.closerange(3, report)
+        os.closerange(report + 1, _MAXFD)
+        os.execve(binary, [binary], env)
+    except OSError as exc:
+        code = str(exc.errno or 0).encode()
+    except BaseException:
+        pass
+    try:
+        os.write(report, code)
+    finally:
+        os._exit(255)
 
 
 def _libc_prctl() -> Any:
@@ -282,18 +491,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _kill_group(proc: Any) -> None:
-    """SIGKILL the delegate's whole process group, reap the delegate, drop its pipes."""
-    try:
-        os.killpg(proc.pid, 9)  # SIGKILL, without importing signal
-    except ProcessLookupError:
-        pass
-    proc.wait()
-    for pipe in (proc.stdin, proc.stdout, proc.stderr):
-        if pipe is not None:
-            pipe.close()
 
 
 def _delegate_error(name: str, command: str, out: bytes, stderr: bytes, rc: int) -> CNIError:

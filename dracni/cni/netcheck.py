@@ -32,13 +32,17 @@ def link_names(netns_path: str) -> set[str] | None:
 
     A short-lived thread enters the namespace (``setns`` affects the calling thread only) and
     lists the links with ``if_nameindex``, whose netlink socket lives in that namespace: cheap
-    enough for every ADD with claims, unlike pyroute2.
+    enough for every ADD with claims, unlike pyroute2.  The thread and the listing come from
+    ``_thread`` and ``_socket``, the C modules under ``threading`` and ``socket``: those two
+    cost ~4 ms of imports (``socket`` turns its constants into enums) for one call each.
     """
+    import _socket
+    import _thread
     import ctypes  # deferred: only an ADD with claims pays for these
-    import socket
-    import threading
 
     found: list[set[str] | None] = [None]
+    done = _thread.allocate_lock()
+    done.acquire()
 
     def look() -> None:
         try:
@@ -49,13 +53,18 @@ def link_names(netns_path: str) -> set[str] | None:
             libc = ctypes.CDLL(None, use_errno=True)
             if libc.setns(fd, _CLONE_NEWNET) != 0:
                 return
-            found[0] = {name for _, name in socket.if_nameindex()}
+            found[0] = {name for _, name in _socket.if_nameindex()}
         except (OSError, AttributeError):
             return
         finally:
             os.close(fd)
 
-    worker = threading.Thread(target=look, name="netns-links")
-    worker.start()
-    worker.join()
+    def worker() -> None:
+        try:
+            look()
+        finally:
+            done.release()  # the thread, in the pod's netns, ends right after: never reused
+
+    _thread.start_new_thread(worker, ())
+    done.acquire()
     return found[0]

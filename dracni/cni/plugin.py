@@ -411,11 +411,13 @@ class MetaPlugin:
 
     # -- status facts ---------------------------------------------------------------------
     def _publish_facts(self, record: Attachment) -> None:
-        """Upsert this attachment's device facts into each claim's status outbox."""
+        """Upsert this attachment's device facts into each claim's status outbox (after ADD: a
+        crash may lose the update, see ``StateDir.update_outbox``; DEL's retraction is durable)."""
         for devices in R.devices_by_claim(record).values():
             facts = [R.device_fact(record, dev) for dev in devices]
             claim = R.outbox_claim(devices[0]["claim"], devices[0].get("driver"))
-            self.state.update_outbox(claim, lambda old: R.upsert_facts(old, facts))  # noqa: B023 (called at once)
+            # the lambda is called at once (B023)
+            self.state.update_outbox(claim, lambda old: R.upsert_facts(old, facts), sync_dir=False)  # noqa: B023
 
     def _retract_facts(self, record: Attachment) -> None:
         """After DEL: our entries go, but a persistent attachment's addresses stay, Detached."""

@@ -123,9 +123,25 @@ def _copy_tree(src: str, dst: str) -> None:
                     shutil.copyfileobj(fin, fout, 1 << 20)
                     fout.flush()
                     os.fchmod(fout.fileno(), _file_mode(st.st_mode))
-                    os.fsync(fout.fileno())
-    for dirpath, _dirs, _files in os.walk(dst):
-        fsync_dir(dirpath)
+    _sync_filesystem(dst)
+
+
+def _sync_filesystem(path: str) -> None:
+    """Make the whole copy durable before it is renamed into place: one syncfs(2) of the bin
+    dir's filesystem instead of an fsync per file and directory (the bundle has ~2,300 files,
+    modules kept as files: 5.6 s of fsyncs against well under a second)."""
+    import ctypes
+
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+        if syncfs is None:  # a C library without it: everything, the slow way
+            os.sync()
+        elif syncfs(fd) != 0:
+            errno_ = ctypes.get_errno()
+            raise OSError(errno_, os.strerror(errno_), path)
+    finally:
+        os.close(fd)
 
 
 def _lock(versions_dir: str) -> int:

@@ -8,7 +8,8 @@ import shutil
 
 import pytest
 
-from tests.harness import container_id_for, ip, run
+from dracni.defaults import PYTHON_EXECUTABLE
+from tests.harness import DRACNI_BINARY, container_id_for, ip, run
 from tests.integration.conftest import (
     addresses,
     assert_records_match_schema,
@@ -441,3 +442,46 @@ def test_concurrent_add_and_del_of_different_pods(lab):
     assert not list((lab.state_dir / "attachments").iterdir())
     outbox = [json.loads(p.read_text()) for p in (lab.state_dir / "outbox").iterdir()]
     assert len(outbox) == 6 and all(o["devices"] == [] and o["seq"] == 2 for o in outbox)
+
+
+ENV_DUMPER = """#!/bin/sh
+# A delegate that writes the environment it was started with, one file per command.
+cat >/dev/null
+env > "{dump}.$CNI_COMMAND"
+case "$CNI_COMMAND" in
+  VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}}' ;;
+  ADD) echo '{{"cniVersion":"1.0.0","interfaces":[{{"name":"'"$CNI_IFNAME"'"}}],"ips":[]}}' ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("runtime", [{"LD_LIBRARY_PATH": "/opt/vendor/lib"}, {}], ids=["runtime-libpath", "none"])
+@pytest.mark.parametrize("via", ["native", "python"])
+def test_delegates_run_with_the_runtimes_environment_not_the_bundles(lab, pod_uid, via, runtime):
+    """The frozen bundle's bootloader adds _PYI_* variables and, when it restarts itself
+    (dracni-python exec'd directly, not by the native dracni on the bundle's own loader),
+    points LD_LIBRARY_PATH at its _internal/; the delegates get the runtime's environment back
+    (LD_LIBRARY_PATH as the runtime set it, or none), so a dynamically linked delegate loads its
+    own libraries, not the bundle's."""
+    if via == "python":
+        link = lab.bin_dir / "dracni"
+        link.unlink()
+        link.symlink_to(DRACNI_BINARY.parent / PYTHON_EXECUTABLE)
+    dump = lab.tmp / "delegate-env"
+    dumper = lab.bin_dir / "env-dumper"
+    dumper.write_text(ENV_DUMPER.format(dump=dump))
+    dumper.chmod(0o755)
+    lab.write_conflist()
+    lab.prepare(one_device_claim("envd", pod_uid, [{"type": "env-dumper"}]))
+    pod = lab.pod()
+    lab.cnitool("add", pod, pod_uid=pod_uid, extra=runtime)
+    lab.cnitool("del", pod, pod_uid=pod_uid, extra=runtime)
+    for command in ("VERSION", "ADD", "DEL"):
+        env = dict(
+            line.split("=", 1)
+            for line in (dump.parent / f"{dump.name}.{command}").read_text().splitlines()
+            if "=" in line
+        )
+        assert env.get("LD_LIBRARY_PATH") == runtime.get("LD_LIBRARY_PATH"), command
+        assert not [k for k in env if k.startswith("_PYI_") or k == "LD_LIBRARY_PATH_ORIG"], command
+        assert env["CNI_COMMAND"] == command

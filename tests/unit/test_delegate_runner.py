@@ -201,6 +201,51 @@ def test_exec_passes_env_overrides_stdin_and_parses_stdout(bindir: Path) -> None
     assert base["CNI_COMMAND"] == "stale"  # the caller's env dict is not modified
 
 
+# What PyInstaller's bootloader (bootloader/src/pyi_main.c, pyi_utils_set_library_search_path
+# in pyi_utils.c) adds to the environment of the frozen bundle: _PYI_* always; LD_LIBRARY_PATH
+# (sys._MEIPASS first, the runtime's value kept in LD_LIBRARY_PATH_ORIG) only when it restarts
+# itself, not when the native dracni execs it on the bundle's own loader (native/fastpath.c).
+BUNDLE = "/opt/cni/bin/.dracni/0123/_internal"
+PYI = {
+    "_PYI_ARCHIVE_FILE": "/opt/cni/bin/.dracni/0123/dracni-python",
+    "_PYI_PARENT_PROCESS_LEVEL": "1",
+    "_PYI_LINUX_PROCESS_NAME": "dracni",
+}
+
+
+@pytest.mark.parametrize(
+    ("runtime", "bootloader", "expected"),
+    [
+        ({}, {"LD_LIBRARY_PATH": BUNDLE}, None),  # restarted; the runtime set none
+        (
+            {"LD_LIBRARY_PATH": "/opt/vendor/lib"},
+            {"LD_LIBRARY_PATH": f"{BUNDLE}:/opt/vendor/lib", "LD_LIBRARY_PATH_ORIG": "/opt/vendor/lib"},
+            "/opt/vendor/lib",
+        ),  # restarted; the runtime's value comes back
+        ({"LD_LIBRARY_PATH": "/opt/vendor/lib"}, {}, "/opt/vendor/lib"),  # exec'd on its own loader
+        ({}, {}, None),
+    ],
+)
+def test_delegates_get_the_runtimes_environment_not_the_bundles(
+    bindir: Path, monkeypatch: pytest.MonkeyPatch, runtime: dict, bootloader: dict, expected
+) -> None:
+    monkeypatch.setattr(sys, "_MEIPASS", BUNDLE, raising=False)  # what the bootloader sets in a frozen process
+    plugin = py_plugin(bindir / "recorder", RECORDER)
+    run_add(runner(bindir, env={"PATH": BASE_PATH, "FOO": "bar", **runtime, **bootloader, **PYI}), plugin)
+    (call,) = calls(plugin)
+    env = call["env"]
+    assert env.get("LD_LIBRARY_PATH") == expected
+    assert not [k for k in env if k.startswith("_PYI_") or k == "LD_LIBRARY_PATH_ORIG"]
+    assert env["FOO"] == "bar"
+
+
+def test_outside_a_bundle_ld_library_path_is_passed_on(bindir: Path) -> None:
+    plugin = py_plugin(bindir / "recorder", RECORDER)
+    run_add(runner(bindir, env={"PATH": BASE_PATH, "LD_LIBRARY_PATH": "/opt/vendor/lib"}), plugin)
+    (call,) = calls(plugin)
+    assert call["env"]["LD_LIBRARY_PATH"] == "/opt/vendor/lib"
+
+
 def test_exec_keeps_callers_cni_args_when_none_given(bindir: Path) -> None:
     plugin = py_plugin(bindir / "recorder", RECORDER)
     r = runner(bindir, env={"PATH": BASE_PATH, "CNI_ARGS": "K8S_POD_NAME=runtime"})
