@@ -5,9 +5,9 @@ the ways the DaemonSet runs it:
 - ``--version``;
 - ``install`` into a fake host root (an empty tree with opt/cni/bin, etc/cni/net.d and a primary
   conflist, no C library: ``--host-root=/``, the check runs the copy in the image itself);
-- ``install`` with the DaemonSet's own arguments and mounts (``packaging/deploy/daemonset.yaml``):
-  a Debian bookworm root filesystem as the node, mounted at /host read-only, its CNI dirs
-  writable, the installed copy run on it through ``chroot``;
+- ``install`` with the DaemonSet's own arguments and mounts (``packaging/deploy/daemonset.yaml``)
+  on Debian 11 and 12 nodes (``tests/node_os`` root filesystems), mounted at /host read-only,
+  their CNI dirs writable, the installed copy run on each through ``chroot``;
 - ``kubelet-plugin --help``: every option the DaemonSet passes is one the image's binary knows.
 
 Each run is a fresh container of the image (``buildah run --isolation chroot``), removed after it.
@@ -20,13 +20,13 @@ import json
 import os
 import subprocess
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.image.build import RUNTIME_BASE, Buildah, Built, build_image, missing_tools
+from tests.image.build import Buildah, Built, build_image, missing_tools
+from tests.node_os.rootfs import SUITES, node_root
 
 REPO = Path(__file__).resolve().parents[2]
 DAEMONSET = REPO / "packaging" / "deploy" / "daemonset.yaml"
@@ -150,39 +150,34 @@ def daemonset_pod() -> dict:
     return yaml.safe_load(DAEMONSET.read_text())["spec"]["template"]["spec"]
 
 
-@pytest.fixture
-def bookworm_node(buildah: Buildah) -> Iterator[Path]:
-    """A Debian bookworm root filesystem to be the node (a throwaway copy of the runtime base),
-    with an empty CNI bin dir and a primary conflist, and its /proc mounted as a running node
-    has it (the DaemonSet's hostPath / reaches the container recursively bound, /proc included:
-    the native ``dracni`` finds ``dracni-python`` through /proc/self/exe)."""
-    with buildah.mounted(RUNTIME_BASE.ref) as root:
-        (root / "opt/cni/bin").mkdir(parents=True)
-        (root / "etc/cni/net.d").mkdir(parents=True)
-        (root / "etc/cni/net.d/10-podnet.conflist").write_text(json.dumps(PRIMARY))
-        subprocess.run(["mount", "-t", "proc", "proc", str(root / "proc")], check=True)
-        try:
-            yield root
-        finally:
-            subprocess.run(["umount", "-l", str(root / "proc")], check=False)
-
-
+@pytest.mark.parametrize("suite", sorted(SUITES))
 def test_install_as_the_daemonset_runs_it(
-    buildah: Buildah, image: Built, bundle_in_image: dict[str, str], bookworm_node: Path
+    buildah: Buildah, image: Built, bundle_in_image: dict[str, str], suite: str, tmp_path: Path
 ) -> None:
-    """The install-cni init container: its args and mounts, a Debian bookworm node at /host."""
+    """The install-cni init container, its args and mounts, on a Debian node (11: glibc 2.31,
+    12: 2.36): the node's root filesystem (``tests/node_os``, shared and left untouched) at
+    /host read-only, its CNI bin and conf dirs writable on their own; the host's /proc at
+    /host/proc stands for the recursive bind of hostPath / (the native ``dracni`` finds
+    ``dracni-python`` through /proc/self/exe).  The installer runs the copy chrooted on the node."""
+    node = node_root(suite)
+    cni = fake_host(tmp_path / "node")
     pod = daemonset_pod()
     init = next(c for c in pod["initContainers"] if c["name"] == "install-cni")
     host_paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    writable = {"/opt/cni/bin": cni / "opt/cni/bin", "/etc/cni/net.d": cni / "etc/cni/net.d"}
+    for host_path in writable:  # the volumes' type DirectoryOrCreate: kubelet makes them on the node
+        (node / host_path.lstrip("/")).mkdir(parents=True, exist_ok=True)
     volumes = []
     for mount in init["volumeMounts"]:
-        source = bookworm_node / host_paths[mount["name"]].lstrip("/")
+        host_path = host_paths[mount["name"]]
+        source = node if host_path == "/" else writable[host_path]
         volumes.append((source, mount["mountPath"] + (":ro" if mount.get("readOnly") else "")))
     assert [dst for _, dst in volumes] == ["/host:ro", "/host/opt/cni/bin", "/host/etc/cni/net.d"]
+    volumes.append((Path("/proc"), "/host/proc"))
     proc = run(buildah, image, *init["args"], volumes=volumes)
     assert proc.returncode == 0, proc.stderr
     state_dir = next(a.split("=", 1)[1] for a in init["args"] if a.startswith("--state-dir="))
-    assert_installed(bookworm_node, proc.stdout.decode(), bundle_in_image, state_dir=state_dir)
+    assert_installed(cni, proc.stdout.decode(), bundle_in_image, state_dir=state_dir)
 
 
 def test_kubelet_plugin_help(buildah: Buildah, image: Built) -> None:
