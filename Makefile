@@ -77,7 +77,7 @@ bench: deps tools binary
 
 # The image alone: packaging/Dockerfile built by buildah on local debootstrap bases and its
 # commands run (tests/image/, also part of make test; private storage in .cache/image/, ~7 GB
-# with vfs).  On a 2-core machine: ~5 min from nothing, ~1 min again.
+# with vfs).  On a 2-core machine: ~5 min from nothing, ~1.5 min again.
 image-test: deps
 	$(BIN)/pytest -q -p no:cacheprovider -s tests/image
 
