@@ -312,7 +312,7 @@ def runtime_bench() -> None:
     bare = dracni = None
     try:
         bare = World(base / "bare", install=False, nics=())
-        dracni = World(base / "dracni", install=True, nics=("eth1",))
+        dracni = World(base / "dracni", install=True, nics=("eth1",), log_level=None)  # as the DaemonSet installs it
         macvlan = {
             "type": "macvlan",
             "master": "eth1",

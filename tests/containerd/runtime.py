@@ -259,11 +259,16 @@ class Node:
         (self.conf_dir / PRIMARY_CONF_FILE).write_text(json.dumps(conflist, indent=2))
         return conflist
 
-    def install(self, *extra: str) -> subprocess.CompletedProcess:
-        """``dracni install`` of the frozen bundle into the bin dir, chaining dracni after the primary."""
+    def install(self, *extra: str, log_level: str | None = "debug") -> subprocess.CompletedProcess:
+        """``dracni install`` of the frozen bundle into the bin dir, chaining dracni after the primary.
+
+        The tests log at debug (they read what dracni did); the bench installs as the DaemonSet
+        does (``log_level=None``): a debug log makes every call go through the Python path.
+        """
+        level = [f"--log-level={log_level}"] if log_level else []
         return self.dracni(
             "install", f"--bin-dir={self.bin_dir}", f"--conf-dir={self.conf_dir}", f"--state-dir={self.state_dir}",
-            f"--log-file={self.log_file}", "--log-level=debug", *extra,
+            f"--log-file={self.log_file}", *level, *extra,
         )  # fmt: skip
 
     def dracni(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -451,14 +456,21 @@ def unmount_under(path: Path) -> None:
 class World:
     """A node (netns, CNI dirs, dracni installed or not) and containerd running on it."""
 
-    def __init__(self, base: Path, *, install: bool = True, nics: tuple[str, ...] = ("eth1", "eth2")) -> None:
+    def __init__(
+        self,
+        base: Path,
+        *,
+        install: bool = True,
+        nics: tuple[str, ...] = ("eth1", "eth2"),
+        log_level: str | None = "debug",
+    ) -> None:
         self.base = base
         self.node = Node(base / "node", nics)
         self.containerd: Containerd | None = None
         try:
             self.node.write_primary()
             if install:
-                self.node.install()
+                self.node.install(log_level=log_level)
             self.containerd = Containerd(base / "containerd", self.node).start()
             self.containerd.import_image()
         except BaseException:
