@@ -38,6 +38,17 @@ def ip(*args: str, netns: str | None = None, check: bool = True) -> subprocess.C
     return run(prefix + ["ip", *args], check=check)
 
 
+def dracni_cli(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The frozen bundle's operator CLI (``dracni prepare``, ``install``, ...); with ``check``, a
+    failure raises with its output."""
+    proc = run([str(DRACNI_BINARY), *args], check=False, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"dracni {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout.decode()}\n{proc.stderr.decode()}"
+        )
+    return proc
+
+
 class Netns:
     """A named network namespace (``/var/run/netns/<name>``), deleted on close if we made it."""
 
@@ -187,12 +198,7 @@ class Lab:
 
     def dracni(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         """The operator CLI of the frozen bundle."""
-        proc = run([str(DRACNI_BINARY), *args], check=False)
-        if check and proc.returncode != 0:
-            raise AssertionError(
-                f"dracni {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout.decode()}\n{proc.stderr.decode()}"
-            )
-        return proc
+        return dracni_cli(*args, check=check)
 
     def prepare(self, *claims: dict, args: tuple[str, ...] = (), check: bool = True) -> subprocess.CompletedProcess:
         """Write the claims' manifests and prepare them with the frozen CLI (kubelet's role).

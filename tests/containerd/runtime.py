@@ -42,7 +42,7 @@ import grpc
 
 from tests import procs
 from tests.fakes.kubelet.protos import Api, compile_protos
-from tests.harness import DEBIAN_CNI_DIR, DRACNI_BINARY, REPO, Netns, ip, run
+from tests.harness import DEBIAN_CNI_DIR, REPO, Netns, dracni_cli, ip, run
 
 CRI_PROTO = ("k8s.io/cri-api/pkg/apis/runtime/v1/api.proto", "runtime.v1")
 PROTO_DIR = Path(__file__).resolve().parent / "proto"
@@ -272,12 +272,7 @@ class Node:
         )  # fmt: skip
 
     def dracni(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        proc = run([str(DRACNI_BINARY), *args], check=False)
-        if check and proc.returncode != 0:
-            raise AssertionError(
-                f"dracni {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout.decode()}\n{proc.stderr.decode()}"
-            )
-        return proc
+        return dracni_cli(*args, check=check)
 
     def prepare(self, *claims: dict, check: bool = True) -> subprocess.CompletedProcess:
         """kubelet's NodePrepareResources, clusterless: manifests in, ``dracni prepare``."""

@@ -8,13 +8,12 @@ with a macvlan claim against that release's own Debian CNI plugins.
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from tests.harness import DRACNI_BINARY, Netns, attachment_params, claim_manifest, node_netns, run, write_manifest
+from tests.harness import Netns, attachment_params, claim_manifest, dracni_cli, node_netns, write_manifest
 from tests.node_os.rootfs import SUITES, NodeRoot, glibc_of, have_debootstrap
 
 PRIMARY = {
@@ -50,9 +49,7 @@ def host() -> Iterator[Netns]:
 
 
 def dracni(*args: str) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CNI_", "DRACNI_"))}
-    proc = run([str(DRACNI_BINARY), *args], env=env, check=False, timeout=300)
-    assert proc.returncode == 0, f"dracni {' '.join(args)}: {proc.stdout.decode()}{proc.stderr.decode()}"
+    dracni_cli(*args)
 
 
 def install(node: NodeRoot) -> dict:
