@@ -58,9 +58,14 @@ class HostCheck:
 
     host_root: str = "/"
 
+    @property
+    def root(self) -> str:
+        """The host root, resolved ("/": this process runs on the node itself)."""
+        return os.path.realpath(self.host_root)
+
     def path_on_host(self, path: str) -> str:
         """``path`` (as this process sees it) as the node sees it."""
-        root = os.path.realpath(self.host_root)
+        root = self.root
         real = os.path.realpath(path)
         if root == "/":
             return real
@@ -104,9 +109,9 @@ class HostCheck:
 
     def _exec(self, exe: str, env: dict[str, str], stdin: Mapping[str, object]) -> str:
         argv = [exe]
-        if os.path.realpath(self.host_root) != "/":
+        if self.root != "/":
             chroot = shutil.which("chroot") or "/usr/sbin/chroot"
-            argv = [chroot, os.path.realpath(self.host_root), exe]
+            argv = [chroot, self.root, exe]
         full_env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", **env}
         try:
             proc = subprocess.run(

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..addresses import canonical_interface_address
 from ..clock import normalize_time, now_rfc3339
+from ..status.drain import entry_key
 from ..status.entries import fact_ips
 from ..status.sink import SinkError
 from .api import ApiError, KubeApi
@@ -83,7 +84,7 @@ class IpamClaimWriter:
             try:
                 self._write(namespace, name, fact_ips(fact), fact.get("podName"))
             except IpamClaimProblem as problem:
-                key = (str(fact.get("pool") or ""), str(fact.get("device") or ""), str(fact.get("shareID") or ""))
+                key = entry_key(fact)
                 notes[key] = [
                     {
                         "type": SYNC_CONDITION,

@@ -12,7 +12,7 @@ An authorization refusal is never final: it stays pending until the grant is fix
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,8 @@ Key = tuple[str, str, str]
 Notes = dict[Key, list[dict[str, Any]]]
 
 
-def entry_key(entry: Entry) -> Key:
+def entry_key(entry: Mapping[str, Any]) -> Key:
+    """The (pool, device, shareID) of a status entry or of the outbox fact it is made from."""
     return (str(entry.get("pool") or ""), str(entry.get("device") or ""), str(entry.get("shareID") or ""))
 
 
