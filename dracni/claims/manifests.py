@@ -40,7 +40,7 @@ _UID_PREFIX = "https://dracni.io/clusterless/resourceclaims/"
 #: How deep a manifest document may nest.  The YAML composer and the JSON decoder recurse per
 #: level: a deeper document is refused on its own (named, with this limit) before it is
 #: built, and the file's other documents and the other files still load.  Claim parameters
-#: have their own, tighter limit (``dracni.claims.params.MAX_PARAMETER_DEPTH``).
+#: have their own, tighter limit (``dracni.params.MAX_PARAMETER_DEPTH``).
 MAX_MANIFEST_DEPTH = 100
 
 
@@ -176,7 +176,7 @@ def _parse_json(data: bytes, path: str) -> Any:
         raise ClaimSourceError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})") from None
     except UnicodeDecodeError as exc:
         raise ClaimSourceError(f"{path}: not UTF-8 text: {exc.reason}") from None
-    from .params import nesting_depth
+    from ..params import nesting_depth
 
     return TooDeep(path, 1) if nesting_depth(doc, MAX_MANIFEST_DEPTH) > MAX_MANIFEST_DEPTH else doc
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dracni.claims.params import DeviceParameters, ParameterError, validate_parameters
 from dracni.clock import now_rfc3339
+from dracni.params import DeviceParameters, ParameterError, validate_parameters
 from dracni.policy.binding import DeviceLookup, bind_to_device
 from dracni.policy.config import FULL, TenantPolicy
 from dracni.policy.rules import refuse

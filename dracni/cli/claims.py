@@ -226,7 +226,7 @@ def validate(
     against).  What needs the allocated device (which NIC master names) is checked on the node.
     """
     from ..claims.manifests import ClaimSourceError, TooDeep, read_documents
-    from ..claims.params import ParameterError
+    from ..params import ParameterError
     from ..policy.offline import check_found, class_networks, configs_in
 
     policy = tenant_policy(policy_file, claim_configs, allow_types, allow_ipam_types)

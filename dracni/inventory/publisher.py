@@ -35,10 +35,10 @@ import time
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
+from .. import metrics
+from ..apirules.validation import SLICE_MAX_DEVICES, SLICE_MAX_DEVICES_WITH_TAINTS
 from ..clock import now_rfc3339
 from ..kube.api import ApiError, KubeApi
-from ..kube.validation import SLICE_MAX_DEVICES, SLICE_MAX_DEVICES_WITH_TAINTS
-from ..service import metrics
 from .nics import Nic, discover_nics, eligible
 from .sharing import Sharing
 from .slices import (

@@ -6,7 +6,7 @@ DNS labels derived from interface names; attributes live in the driver's domain
 ``resource.kubernetes.io/pcieRoot`` and ``resource.kubernetes.io/numaNode``.  A NIC whose link
 is down or gone carries a device taint (KEP-5055, ``link_taint``) on each of its devices.
 Limits (docs/contracts.md section 4, and the API server's validation, whose rules and numbers
-are in ``dracni.kube.validation``): <=128 devices per slice (64 with taints), <=32 attributes
+are in ``dracni.apirules.validation``): <=128 devices per slice (64 with taints), <=32 attributes
 per device, attribute names ``[<dns-subdomain <=63>/]<C identifier <=32>``, string and version
 values <=64 bytes, each attribute exactly one of int/bool/string/version.
 
@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from .. import defaults
-from ..kube.validation import (
+from ..apirules.validation import (
     ATTRIBUTE_VALUE_MAX,
     DEVICE_MAX_ATTRIBUTES,
     DNS1123_LABEL_MAX,

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
+from dracni.apirules.validation import is_driver_name
 from dracni.claims.prepare import PrepareOutcome
-from dracni.kube.validation import is_driver_name
 from dracni.kubelet.answers import prepare_answers, unprepare_answers
 from dracni.kubelet.helper import ClaimRef
 from dracni.kubelet.proto import (

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from dracni.claims.params import DeviceParameters, ParameterError
+from dracni.params import DeviceParameters, ParameterError
 
 from .rules import refuse
 from .tenant import plugin_field

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from dracni.claims.params import DeviceParameters, ParameterError, validate_parameters
+from dracni.params import DeviceParameters, ParameterError, validate_parameters
 
 from .config import TenantPolicy
 from .tenant import apply_profile, check_any_source, check_claim_config, check_profile_knobs

@@ -7,7 +7,7 @@ policy refusal from a bug.  docs/security.md lists the same rules.
 
 from __future__ import annotations
 
-from dracni.claims.params import ParameterError
+from dracni.params import ParameterError
 
 #: rule name -> what it protects (appended to every refusal).
 RULES = {

@@ -1,6 +1,6 @@
 """What a claim's own configuration may contain (tenant input), and what no config may contain.
 
-Applied after the parameters' shape is checked (``claims.params``) and before anything runs:
+Applied after the parameters' shape is checked (``dracni.params``) and before anything runs:
 by the service's prepare, ``dracni prepare`` and ``dracni validate`` alike.  Device-dependent
 rules (which NIC ``master`` may name) are ``policy.binding``'s; they need the allocation.
 """
@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from dracni.claims.params import DeviceParameters, ParameterError
+from dracni.params import DeviceParameters, ParameterError
 
 from .config import FULL, MAIN_PLUGIN_TYPES, SELF_TYPE, TenantPolicy
 from .rules import refuse

@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 
-from ..cni.log import escape_controls
+from ..logtext import escape_controls
 
 
 class TextFormatter(logging.Formatter):

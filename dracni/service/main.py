@@ -71,7 +71,7 @@ class Service:
         from ..kubelet.shared_claims import SharedClaimPods
         from ..state.store import StateDir
         from .events import ServiceEvents
-        from .metrics import HealthServer, observed_prepare, observed_unprepare
+        from .health_server import HealthServer, observed_prepare, observed_unprepare
         from .status_publisher import StatusPublisher
 
         self.opts = opts

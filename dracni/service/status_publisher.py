@@ -22,7 +22,7 @@ from ..status.sink import SinkError, StatusSink
 
 if TYPE_CHECKING:
     from ..state.records import ClaimRef, StatusOutbox
-from . import metrics
+from .. import metrics
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 The CNI plugin writes, per claim, the full desired set of *device facts* into the state
 directory's StatusOutbox record (``dracni.state.records``).  This module turns them into the
 camelCase API form of ``status.devices[]``, within the API server's limits
-(``dracni.kube.validation``).
+(``dracni.apirules.validation``).
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from ..addresses import canonical_interface_address
-from ..clock import normalize_time, parse_rfc3339, zero_time
-from ..kube.validation import (
+from ..apirules.validation import (
     DATA_MAX_BYTES,
     HARDWARE_ADDRESS_MAX,
     INTERFACE_NAME_MAX,
@@ -21,6 +20,7 @@ from ..kube.validation import (
     MESSAGE_MAX,
     json_size,
 )
+from ..clock import normalize_time, parse_rfc3339, zero_time
 
 READY = "Ready"
 REASON_READY = "NetworkInterfaceReady"

@@ -19,8 +19,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
+from dracni.apirules.validation import device_id, validate_device_status
 from dracni.atomicfile import fsync_dir, read_if_exists, write_atomic
-from dracni.kube.validation import device_id, validate_device_status
 from dracni.status.entries import Entry
 
 TYPE_CHECKING = False

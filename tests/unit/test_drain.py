@@ -160,7 +160,7 @@ def test_corrupt_record_does_not_block_the_others(state):
 def test_the_publisher_logs_a_quarantined_outbox_record_once_and_counts_it(tmp_path, caplog) -> None:
     import logging
 
-    from dracni.service import metrics
+    from dracni import metrics
     from dracni.service.status_publisher import StatusPublisher
 
     state = StateDir(str(tmp_path / "state"))

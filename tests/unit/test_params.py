@@ -8,7 +8,7 @@ import json
 import jsonschema
 import pytest
 
-from dracni.claims.params import ParameterError, validate_parameters
+from dracni.params import ParameterError, validate_parameters
 from dracni.specfiles import load_json_spec
 
 DRACNI = "dracni.io/v1alpha1"

@@ -213,7 +213,7 @@ def test_deeply_nested_parameters_fail_their_claim_naming_the_limit(state: State
 
 
 def test_parameters_at_the_depth_limit_are_accepted() -> None:
-    from dracni.claims.params import MAX_PARAMETER_DEPTH, validate_parameters
+    from dracni.params import MAX_PARAMETER_DEPTH, validate_parameters
 
     params = {
         "apiVersion": "dracni.io/v1alpha1",

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dracni.apirules.validation import SLICE_MAX_DEVICES_WITH_TAINTS
 from dracni.inventory.nics import Nic
 from dracni.inventory.slices import (
     API_VERSION,
@@ -36,7 +37,6 @@ from dracni.inventory.slices import (
     slices_equal,
     unique_device_names,
 )
-from dracni.kube.validation import SLICE_MAX_DEVICES_WITH_TAINTS
 
 # -- an independent validator ---------------------------------------------------------------------
 

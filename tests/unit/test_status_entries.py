@@ -8,8 +8,8 @@ import orjson
 import pytest
 
 from dracni.addresses import canonical_interface_address
+from dracni.apirules.validation import DATA_MAX_BYTES, validate_device_status, validate_status_devices
 from dracni.clock import normalize_time
-from dracni.kube.validation import DATA_MAX_BYTES, validate_device_status, validate_status_devices
 from dracni.state.store import StateDir
 from dracni.status.entries import device_status_entry, status_devices
 

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the kubelet plugin service, and the /healthz, /readyz, /metrics endpoint."""
+"""The service's /healthz, /readyz and /metrics endpoint, and the prepare/unprepare counters."""
 
 from __future__ import annotations
 
@@ -9,28 +9,9 @@ from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-REGISTRY = CollectorRegistry()
-PREPARES = Counter("dracni_prepare_claims_total", "Claims prepared, by result.", ["result"], registry=REGISTRY)
-UNPREPARES = Counter("dracni_unprepare_claims_total", "Claims unprepared, by result.", ["result"], registry=REGISTRY)
-PREPARE_SECONDS = Histogram("dracni_prepare_seconds", "NodePrepareResources latency.", registry=REGISTRY)
-UNPREPARE_SECONDS = Histogram("dracni_unprepare_seconds", "NodeUnprepareResources latency.", registry=REGISTRY)
-OUTBOX_DEPTH = Gauge(
-    "dracni_status_outbox_pending", "Claims whose status is waiting to be published.", registry=REGISTRY
-)
-PUBLISH_SECONDS = Histogram("dracni_status_publish_seconds", "Time to publish one claim's status.", registry=REGISTRY)
-PUBLISH_FAILURES = Counter(
-    "dracni_status_publish_failures_total", "Failed status publishes, by kind.", ["kind"], registry=REGISTRY
-)
-QUARANTINED = Gauge(
-    "dracni_state_quarantined_records",
-    "Unreadable state records moved aside into <state>/quarantine/ (listed by dracni inspect).",
-    registry=REGISTRY,
-)
-SLICE_PUBLISHES = Counter(
-    "dracni_resourceslice_writes_total", "ResourceSlice writes, by operation.", ["operation"], registry=REGISTRY
-)
+from ..metrics import PREPARE_SECONDS, PREPARES, REGISTRY, UNPREPARE_SECONDS, UNPREPARES
 
 log = logging.getLogger(__name__)
 

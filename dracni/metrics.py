@@ -1,0 +1,31 @@
+"""The service's Prometheus metrics: one registry, every metric defined here.
+
+Outside ``service/`` so that the parts that count something (the slice publisher, the status
+publisher, the kubelet helper's observer) import the metrics without importing the service;
+``service/health_server.py`` serves the registry on ``/metrics``.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry()
+PREPARES = Counter("dracni_prepare_claims_total", "Claims prepared, by result.", ["result"], registry=REGISTRY)
+UNPREPARES = Counter("dracni_unprepare_claims_total", "Claims unprepared, by result.", ["result"], registry=REGISTRY)
+PREPARE_SECONDS = Histogram("dracni_prepare_seconds", "NodePrepareResources latency.", registry=REGISTRY)
+UNPREPARE_SECONDS = Histogram("dracni_unprepare_seconds", "NodeUnprepareResources latency.", registry=REGISTRY)
+OUTBOX_DEPTH = Gauge(
+    "dracni_status_outbox_pending", "Claims whose status is waiting to be published.", registry=REGISTRY
+)
+PUBLISH_SECONDS = Histogram("dracni_status_publish_seconds", "Time to publish one claim's status.", registry=REGISTRY)
+PUBLISH_FAILURES = Counter(
+    "dracni_status_publish_failures_total", "Failed status publishes, by kind.", ["kind"], registry=REGISTRY
+)
+QUARANTINED = Gauge(
+    "dracni_state_quarantined_records",
+    "Unreadable state records moved aside into <state>/quarantine/ (listed by dracni inspect).",
+    registry=REGISTRY,
+)
+SLICE_PUBLISHES = Counter(
+    "dracni_resourceslice_writes_total", "ResourceSlice writes, by operation.", ["operation"], registry=REGISTRY
+)
