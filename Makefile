@@ -70,10 +70,10 @@ test: deps lint tools binary
 	DRACNI_BINARY=$(CURDIR)/$(DRACNI) CNI_TOOLS=$(CURDIR)/$(TOOLS) $(BIN)/pytest -q -p no:cacheprovider tests
 
 demo: deps tools binary
-	DRACNI_BINARY=$(CURDIR)/$(DRACNI) CNI_TOOLS=$(CURDIR)/$(TOOLS) $(BIN)/python -m tests.demo
+	DRACNI_BINARY=$(CURDIR)/$(DRACNI) CNI_TOOLS=$(CURDIR)/$(TOOLS) $(BIN)/python -m tests.tools.demo
 
 bench: deps tools binary
-	DRACNI_BINARY=$(CURDIR)/$(DRACNI) CNI_TOOLS=$(CURDIR)/$(TOOLS) $(BIN)/python -m tests.bench
+	DRACNI_BINARY=$(CURDIR)/$(DRACNI) CNI_TOOLS=$(CURDIR)/$(TOOLS) $(BIN)/python -m tests.tools.bench
 
 # The image alone: packaging/Dockerfile built by buildah on local debootstrap bases and its
 # commands run (tests/image/, also part of make test; private storage in .cache/image/, ~7 GB

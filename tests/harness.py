@@ -5,7 +5,7 @@ bridges, veths, addresses and sysctls never touch the machine's real network.  E
 ``dataDir`` and the dracni state dir live in a temp dir.  Everything is removed on exit, also
 when a test fails.
 
-Used by the integration tests, ``make demo`` (tests/demo.py) and ``make bench``.
+Used by the integration tests, ``make demo`` (tests/tools/demo.py) and ``make bench``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Claim parameters a tenant might write, and what the tenant policy answers: one table for the
-node-side engine (tests/unit/test_policy.py) and the admission policy's CEL
-(tests/unit/test_admission_cel.py), so the two cannot drift apart.
+node-side engine (tests/unit/policy/test_policy.py) and the admission policy's CEL
+(tests/unit/policy/test_admission_cel.py), so the two cannot drift apart.
 
 Every case is a claim's own config (``source: FromClaim``) for request ``net``, allocated the
 device ``eth1`` of a node that also has ``uplink0``.  Under ``mode="profiles"`` the DeviceClass

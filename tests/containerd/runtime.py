@@ -1,6 +1,6 @@
 """A real container runtime for the tests and ``make bench`` (f): Debian's containerd 1.6 + runc.
 
-One home for the set-up shared by ``tests/containerd/`` and ``tests/bench.py``:
+One home for the set-up shared by ``tests/containerd/`` and ``tests/tools/bench.py``:
 
 - ``pause_image``: the sandbox image, built here from Debian's ``busybox-static`` (a rootfs of
   one static binary, ``sleep`` as the entrypoint) and packed as a docker archive with tarfile,

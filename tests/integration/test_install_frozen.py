@@ -15,7 +15,7 @@ import pytest
 
 from tests.harness import DRACNI_BINARY, Lab, run
 from tests.integration.conftest import macvlan, one_device_claim, result_of
-from tests.unit.test_install import ExecLoop, wait_for
+from tests.unit.install.test_install import ExecLoop, wait_for
 
 BUNDLE = DRACNI_BINARY.resolve().parent
 PRIMARY = {

@@ -45,7 +45,8 @@ from tests.integration.service import (
     our_status,
     wait_for,
 )
-from tests.unit.test_packaging import DEPLOY, Permission, clusterrole_permissions, load_one
+from tests.packaging.manifests import DEPLOY, load_one
+from tests.packaging.rbac import Permission, clusterrole_permissions
 
 pytestmark = pytest.mark.integration
 
