@@ -8,6 +8,11 @@ for dracni) must be answered by the native program itself, everything else (malf
 anything unusual, anything to do) must be handed over -- ``DRACNI_FASTPATH_TRACE`` names a
 file where the native program writes which route it took.
 
+The corpus is a function of its seed alone (issue 20): the generator writes every path under
+``BASE``, a stand-in it never encodes at random, and ``placed`` puts the test's temp dir in its
+place only when the case runs -- neither the temp dir's name and length nor the hash seed nor
+anything else of the machine changes a random choice (tests/unit/test_fastpath_corpus.py).
+
 Safety: every state dir and log file lies in the test's temp dir (DRACNI_STATE_DIR or the
 config's stateDir point there, relative state dirs resolve against a temp cwd), CNI_PATH names
 an empty temp dir, and no case has a prepared claim a delegate could run for.
@@ -15,6 +20,7 @@ an empty temp dir, and no case has a prepared claim a delegate could run for.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import shutil
@@ -36,6 +42,10 @@ SUPPORTED = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 SEED = 20261125
 VALID_CASES = 520
 MALFORMED_ROUNDS = 9  # every malformed kind, this many times (with its own random base case)
+#: The test's temp dir as the generator writes it: ``placed`` replaces it by the real one.  Never
+#: encoded at random (see ``enc_str``), and no generator writes a "%", so it is found again in
+#: stdin, wherever it is, unless a mutation cut or split it (bad JSON either way).
+BASE = "/%BASE%"
 
 pytestmark = pytest.mark.skipif(not PYTHON.exists(), reason=f"no {PYTHON}: run make binary")
 
@@ -81,8 +91,13 @@ def ws(rng: random.Random) -> str:
 
 
 def enc_str(rng: random.Random, s: str) -> str:
-    """A JSON string, each character written raw or escaped at random (never a surrogate escape)."""
-    out = ['"']
+    """A JSON string, each character written raw or escaped at random (never a surrogate escape);
+    ``BASE`` as it is, without a random draw: the draws never depend on the real temp dir."""
+    return '"' + BASE.join(_enc_chars(rng, part) for part in s.split(BASE)) + '"'
+
+
+def _enc_chars(rng: random.Random, s: str) -> str:
+    out = []
     for c in s:
         short = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
         if c in short:
@@ -95,7 +110,6 @@ def enc_str(rng: random.Random, s: str) -> str:
             out.append(f"\\u{ord(c):04x}" if rng.random() < 0.5 else f"\\u{ord(c):04X}")
         else:
             out.append(c)
-    out.append('"')
     return "".join(out)
 
 
@@ -119,7 +133,7 @@ def enc(rng: random.Random, v: Any) -> str:
 class Case:
     kind: str
     expect: str  # "fast" or "python"
-    root: Path  # the case's private dir: state, CNI_PATH, cwd, log file, trace
+    root: Path  # the case's private dir (under BASE until placed): state, CNI_PATH, cwd, log file, trace
     env: dict[str, str]
     stdin: bytes
     argv: list[str] = field(default_factory=list)
@@ -236,6 +250,17 @@ def _mutate_text(rng: random.Random, text: str) -> str:
     return rng.choice(["", " ", "\n\t", "[]", '"x"', "1", "null", "\ufeff" + text])
 
 
+def repeated(rng: random.Random, obj: dict[str, Any], key: str) -> str:
+    """``obj`` as JSON text with ``key`` written once more at its end (twice when ``obj`` lacks
+    it), the repeat spelled with some \\u escapes at random: the same key once decoded."""
+    value = obj[key] if key in obj else rng.randint(0, 9)
+    spelled = "".join(f"\\u{ord(c):04x}" if rng.random() < 0.3 else c for c in key)
+    members = [f'"{spelled}":' + json.dumps(value)]
+    if key not in obj:  # the first time with another value: Python keeps the last one
+        members.insert(0, f'"{key}":' + json.dumps(value + 1))
+    return enc(rng, obj)[:-1] + ("," if obj else "") + ",".join(members) + "}"
+
+
 def build_malformed(rng: random.Random, root: Path, kind: str) -> Case:
     """One case of a kind the fast path must hand over (its base: a valid pass-through)."""
     command = "CHECK" if kind.startswith("check") else None
@@ -260,10 +285,18 @@ def build_malformed(rng: random.Random, root: Path, kind: str) -> Case:
     elif kind == "surrogate escape":
         text = enc(rng, conf)[:-1] + ',"k":"' + rng.choice(["\\ud83d\\ude00", "\\ud800", "\\udfff", "x\\uDBFFy"]) + '"}'
     elif kind == "duplicate key":
-        dup = rng.choice(["name", "cniVersion", "k", "prevResult"])
-        text = enc(rng, conf)[:-1] + f',"{dup}":' + json.dumps(conf.get(dup, 1)) + "}"
-        if dup == "k":
-            text = text[:-1] + ',"\\u006b":2}'
+        # A key of the config, or of its prevResult, written twice: Python's json keeps the last
+        # value, the native parser refuses a repeated key in any object ("json").  Always a real
+        # repeat: a prevResult the base case lacks is added first (a "prevResult" written once is
+        # no duplicate: it is judged as a prevResult, and handed over for "prevResult").
+        dup = rng.choice(["name", "cniVersion", "k", "prevResult", "prevResult.cniVersion", "prevResult.ips"])
+        if dup.startswith("prevResult") and not isinstance(conf.get("prevResult"), dict):
+            conf["prevResult"] = prev_result(rng, conf["cniVersion"])
+        if dup.startswith("prevResult."):
+            prev = conf.pop("prevResult")
+            text = enc(rng, conf)[:-1] + ',"prevResult":' + repeated(rng, prev, dup.partition(".")[2]) + "}"
+        else:
+            text = repeated(rng, conf, dup)
     elif kind == "deep nesting":
         depth = rng.choice([64, 65, 100, 999, 1001, 5000])  # below the top-level object
         text = enc(rng, conf)[:-1] + ',"deep":' + "[" * depth + "]" * depth + "}"
@@ -444,14 +477,13 @@ REASONS = {
 WEIGHTS = {"bad json": 4, "wrong type of own key": 3, "bad prevResult": 2, "pod with prepared claims": 2}
 
 
-def corpus(base: Path) -> list[Case]:
-    """The seeded corpus; case i lives in ``base/case-<i>`` (paths of one length: the same
-    random choices wherever it runs)."""
+def corpus() -> list[Case]:
+    """The seeded corpus, a function of SEED alone; case i lives in ``BASE/case-<i>``."""
     rng = random.Random(SEED)
     cases: list[Case] = []
 
     def root() -> Path:
-        return base / f"case-{len(cases):06d}"
+        return Path(BASE) / f"case-{len(cases):06d}"
 
     for _ in range(VALID_CASES):
         cases.append(make_valid(rng, root()))
@@ -460,6 +492,21 @@ def corpus(base: Path) -> list[Case]:
             for _ in range(WEIGHTS.get(kind, 1) * 2):
                 cases.append(build_malformed(rng, root(), kind))
     return cases
+
+
+def placed(case: Case, base: Path) -> Case:
+    """The case as it runs: ``BASE`` replaced by ``base`` (the test's temp dir) in its root, its
+    environment and its stdin.  ``base`` goes into the JSON text as it is, so it must be a plain
+    path (printable ASCII, nothing JSON escapes, no "." or ".." component)."""
+    real = str(base)
+    assert real.startswith("/") and all(" " <= c <= "~" and c not in '"\\' for c in real), real
+    assert not {".", ".."} & set(real.split("/")), real
+    return dataclasses.replace(
+        case,
+        root=Path(str(case.root).replace(BASE, real)),
+        env={k: v.replace(BASE, real) for k, v in case.env.items()},
+        stdin=case.stdin.replace(BASE.encode(), real.encode()),
+    )
 
 
 # -- running ------------------------------------------------------------------------------------------
@@ -499,7 +546,7 @@ def run_case(case: Case, executable: Path) -> Outcome:
 
 
 def test_native_and_python_paths_agree_on_a_generated_corpus(tmp_path: Path) -> None:
-    cases = corpus(tmp_path)
+    cases = [placed(case, tmp_path) for case in corpus()]
     assert len(cases) >= 1000
     answered: Counter[str] = Counter()
     handed: Counter[str] = Counter()
@@ -646,7 +693,7 @@ def test_sanitizers_find_nothing_on_the_corpus(tmp_path: Path) -> None:
     if build.returncode != 0 and b"asan" in build.stderr.lower():
         pytest.skip(f"no sanitizer runtime: {build.stderr.decode()}")
     assert build.returncode == 0, build.stderr.decode()
-    cases = corpus(tmp_path / "cases")
+    cases = [placed(case, tmp_path / "cases") for case in corpus()]
     # every case the native code answers; a sample of the handed-over ones (they parse too)
     chosen = [c for c in cases if c.expect == "fast"] + [c for c in cases if c.expect == "python"][::8]
     for case in chosen:
