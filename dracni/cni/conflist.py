@@ -11,6 +11,7 @@ valid.  Finding and executing one plugin is ``dracni.cni.delegate``'s job.
 from __future__ import annotations
 
 from . import errors as E
+from .delegate import NO_CONTAINER
 from .errors import CNIError
 from .log import log
 from .versions import LATEST, at_least, from_current, to_current
@@ -18,7 +19,7 @@ from .versions import LATEST, at_least, from_current, to_current
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ..state.records import JSON, Delegate
-    from .delegate import DelegateRunner
+    from .delegate import DelegateRunner, RuntimeConf
 
 
 def delegate_config(
@@ -100,31 +101,6 @@ def _with_prev(delegate: Delegate, result: JSON | None) -> JSON:
     return conf
 
 
-class RuntimeConf:
-    """Where a chain runs (libcni's ``RuntimeConf``): the container, its netns, the interface
-    name, and ``CNI_ARGS`` (None: the caller's own)."""
-
-    __slots__ = ("args", "container_id", "ifname", "netns")
-
-    def __init__(self, container_id: str, netns: str, ifname: str, args: str | None = None) -> None:
-        self.container_id = container_id
-        self.netns = netns
-        self.ifname = ifname
-        self.args = args
-
-    def exec(self, runner: DelegateRunner, delegate: Delegate, command: str, conf: JSON) -> JSON | None:
-        binary = runner.find(delegate["type"])
-        return runner.exec(
-            binary,
-            command,
-            conf,
-            ifname=self.ifname,
-            container_id=self.container_id,
-            netns=self.netns,
-            cni_args=self.args,
-        )
-
-
 def add_chain(runner: DelegateRunner, delegates: list[Delegate], rt: RuntimeConf) -> JSON | None:
     """ADD every delegate in order; returns the last result (internal 1.x form).
 
@@ -132,7 +108,7 @@ def add_chain(runner: DelegateRunner, delegates: list[Delegate], rt: RuntimeConf
     """
     prev: JSON | None = None
     for delegate in delegates:
-        result = rt.exec(runner, delegate, "ADD", _with_prev(delegate, prev))
+        result = runner.delegate(delegate["type"], "ADD", _with_prev(delegate, prev), rt)
         delegate["added"] = True
         if result is None:
             raise CNIError(E.DELEGATE_FAILED, f"delegate {delegate['type']} ADD printed no result")
@@ -156,7 +132,7 @@ def del_chain(runner: DelegateRunner, delegates: list[Delegate], result: JSON | 
     for delegate in reversed(delegates):
         conf = _with_prev(delegate, result)
         try:
-            rt.exec(runner, delegate, "DEL", conf)
+            runner.delegate(delegate["type"], "DEL", conf, rt)
             delegate["added"] = False
         except CNIError as exc:
             if not delegate.get("added"):
@@ -193,10 +169,7 @@ def release_without_parent(
     if not isinstance(ipam, dict) or not isinstance(ipam.get("type"), str):
         return f"{exc.msg} (its parent link is gone; it has no IPAM to release)"
     try:
-        binary = runner.find(ipam["type"], "ipam.type")
-        runner.exec(
-            binary, "DEL", conf, ifname=rt.ifname, container_id=rt.container_id, netns=rt.netns, cni_args=rt.args
-        )
+        runner.delegate(ipam["type"], "DEL", conf, rt, "ipam.type")
     except CNIError as ipam_exc:
         return f"{exc.msg}; its parent link is gone and the address could not be released: {ipam_exc.msg}"
     log.warning(
@@ -210,7 +183,7 @@ def check_chain(runner: DelegateRunner, delegates: list[Delegate], result: JSON 
     """CHECK every delegate that speaks 0.4.0 or later, in order; the first failure raises."""
     for delegate in delegates:
         if at_least(delegate["cniVersion"], "0.4.0"):
-            rt.exec(runner, delegate, "CHECK", _with_prev(delegate, result))
+            runner.delegate(delegate["type"], "CHECK", _with_prev(delegate, result), rt)
 
 
 def gc_network(runner: DelegateRunner, plugin: JSON, network: str, valid: list[JSON]) -> bool:
@@ -225,5 +198,5 @@ def gc_network(runner: DelegateRunner, plugin: JSON, network: str, valid: list[J
         plugin, network=network, version="1.1.0", runtime_config={}, extra_capabilities={}, prev_result=None
     )
     conf["cni.dev/valid-attachments"] = valid
-    runner.exec(binary, "GC", conf, ifname="", container_id="", netns="", cni_args="")
+    runner.exec(binary, "GC", conf, NO_CONTAINER)
     return True

@@ -71,7 +71,7 @@ def _fail(out: BinaryIO, err: CNIError, version: str) -> int:
 
 
 def _dispatch(req: Request) -> JSON | None:
-    from ..state.store import PluginVersionCache, StateDir
+    from ..state.store import StateDir
 
     state = StateDir(req.state_dir)
     claim_uids = state.pod_claim_uids(req.pod_uid, req.pod_namespace, req.pod_name) if req.command == "ADD" else []
@@ -81,6 +81,7 @@ def _dispatch(req: Request) -> JSON | None:
         return req.passthrough_result()
     from .delegate import DEFAULT_TIMEOUT, DelegateRunner
     from .plugin import MetaPlugin
+    from .versioncache import PluginVersionCache
 
     runner = DelegateRunner(
         req.path, req.env, PluginVersionCache(state), float(req.option("delegateTimeout", DEFAULT_TIMEOUT))

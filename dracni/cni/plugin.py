@@ -11,7 +11,8 @@ from __future__ import annotations
 from ..clock import now_rfc3339
 from ..state import records as R
 from . import errors as E
-from .conflist import RuntimeConf, add_chain, build_chain, check_chain, del_chain, gc_network
+from .conflist import add_chain, build_chain, check_chain, del_chain, gc_network
+from .delegate import RuntimeConf
 from .errors import CNIError
 from .log import log
 from .plan import PlannedDevice, plan
@@ -101,7 +102,7 @@ class MetaPlugin:
         when it planned them, so they are its own), so the new ADD neither clashes with nor
         leaks them."""
         if earlier.get("state") == "adding":
-            from .delegate import kill_leftovers
+            from .process import kill_leftovers
 
             kill_leftovers(self.req.container_id)
         problems = []
@@ -217,7 +218,7 @@ class MetaPlugin:
             self._delete_without_record()
             return
         if record.get("state") == "adding":  # the ADD never finished: its dracni was killed or crashed
-            from .delegate import kill_leftovers
+            from .process import kill_leftovers
 
             stopped = kill_leftovers(req.container_id)
             if stopped:

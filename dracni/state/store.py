@@ -557,35 +557,6 @@ class StateDir:
                 raise StateError(f"state directory {self.root} is not writable: {exc.strerror}") from exc
 
 
-class PluginVersionCache:
-    """Delegates' VERSION answers, kept in ``cache/plugin-versions.json`` across invocations.
-
-    Keys name a binary's identity (path, inode, mtime, size: the delegate runner builds them,
-    the path first, up to a ``|``); entries of binaries that no longer exist are dropped on write.
-    """
-
-    NAME = "plugin-versions"
-
-    def __init__(self, state: StateDir) -> None:
-        self.state = state
-        self._entries: dict[str, list[str]] | None = None
-
-    def get(self, key: str) -> list[str] | None:
-        if self._entries is None:
-            record = self.state.read_cache(self.NAME)
-            self._entries = {k: v for k, v in record.items() if isinstance(v, list)}
-        return self._entries.get(key)
-
-    def put(self, key: str, versions: list[str]) -> None:
-        """Remember an answer; raises StateError when it cannot be written (a cache: callers may go on)."""
-        if self._entries is None:
-            self.get(key)
-        assert self._entries is not None
-        self._entries[key] = versions
-        live = {k: v for k, v in self._entries.items() if os.path.exists(k.split("|", 1)[0])}
-        self.state.write_cache(self.NAME, {"kind": R.PLUGIN_VERSIONS, **live})
-
-
 class Batch:
     """The record writes of one ``with`` block, applied together (``StateDir.batched()``).
 

@@ -1,4 +1,5 @@
-"""dracni.cni.delegate: DelegateRunner and delegate_config, with real execs.
+"""dracni.cni.delegate and dracni.cni.process: DelegateRunner, delegate_config and the delegate
+processes, with real execs.
 
 The delegate plugins are small executable scripts written into tmp_path (test doubles of
 external CNI plugins); everything of dracni runs for real.
@@ -18,12 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from dracni.cni import delegate
 from dracni.cni import errors as E
+from dracni.cni import process
 from dracni.cni.conflist import delegate_config
-from dracni.cni.delegate import DelegateRunner
+from dracni.cni.delegate import NO_CONTAINER, DelegateRunner, RuntimeConf
 from dracni.cni.errors import CNIError
-from dracni.state.store import PluginVersionCache, StateDir
+from dracni.cni.request import DELEGATE_MARK
+from dracni.cni.versioncache import PluginVersionCache
+from dracni.state.store import StateDir
 
 PY = sys.executable
 BASE_PATH = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
@@ -57,11 +60,18 @@ def runner(*dirs: Path, env: dict | None = None, state: StateDir | None = None, 
     return DelegateRunner([str(d) for d in dirs], {"PATH": BASE_PATH} if env is None else env, versions, timeout)
 
 
-def run_add(r: DelegateRunner, binary: Path | str, conf: dict | None = None, **kw) -> dict | None:
-    kw.setdefault("ifname", "net1")
-    kw.setdefault("container_id", "c0ffee")
-    kw.setdefault("netns", "/var/run/netns/pod")
-    return r.exec(str(binary), "ADD", conf or {"cniVersion": "1.0.0", "name": "n", "type": "t"}, **kw)
+def run_add(
+    r: DelegateRunner,
+    binary: Path | str,
+    conf: dict | None = None,
+    *,
+    ifname: str = "net1",
+    container_id: str = "c0ffee",
+    netns: str = "/var/run/netns/pod",
+    cni_args: str | None = None,
+) -> dict | None:
+    rt = RuntimeConf(container_id, netns, ifname, cni_args)
+    return r.exec(str(binary), "ADD", conf or {"cniVersion": "1.0.0", "name": "n", "type": "t"}, rt)
 
 
 # -- find --------------------------------------------------------------------------------------
@@ -249,8 +259,8 @@ def test_outside_a_bundle_ld_library_path_is_passed_on(bindir: Path) -> None:
 def test_exec_keeps_callers_cni_args_when_none_given(bindir: Path) -> None:
     plugin = py_plugin(bindir / "recorder", RECORDER)
     r = runner(bindir, env={"PATH": BASE_PATH, "CNI_ARGS": "K8S_POD_NAME=runtime"})
-    r.exec(str(plugin), "DEL", {"cniVersion": "1.0.0"}, ifname="net2", container_id="c1", netns="")
-    r.exec(str(plugin), "DEL", {"cniVersion": "1.0.0"}, ifname="net2", container_id="c1", netns="", cni_args="")
+    r.exec(str(plugin), "DEL", {"cniVersion": "1.0.0"}, RuntimeConf("c1", "", "net2"))
+    r.exec(str(plugin), "DEL", {"cniVersion": "1.0.0"}, RuntimeConf("c1", "", "net2", ""))
     first, second = calls(plugin)
     assert first["env"]["CNI_ARGS"] == "K8S_POD_NAME=runtime"
     assert first["env"]["CNI_COMMAND"] == "DEL"
@@ -260,9 +270,70 @@ def test_exec_keeps_callers_cni_args_when_none_given(bindir: Path) -> None:
 
 def test_exec_empty_stdout_is_none(bindir: Path) -> None:
     plugin = sh_plugin(bindir / "quiet", "cat >/dev/null\nexit 0\n")
-    assert runner(bindir).exec(str(plugin), "DEL", {}, ifname="net1", container_id="c", netns="") is None
+    assert runner(bindir).exec(str(plugin), "DEL", {}, RuntimeConf("c", "", "net1")) is None
     plugin = sh_plugin(bindir / "blank", "cat >/dev/null\nprintf '  \\n\\n'\n")
-    assert runner(bindir).exec(str(plugin), "DEL", {}, ifname="net1", container_id="c", netns="") is None
+    assert runner(bindir).exec(str(plugin), "DEL", {}, RuntimeConf("c", "", "net1")) is None
+
+
+# -- RuntimeConf: what a call puts in a delegate's environment -----------------------------------
+
+
+def test_runtime_conf_as_env_is_the_calls_cni_variables() -> None:
+    rt = RuntimeConf("c0ffee", "/var/run/netns/pod", "net1", "IgnoreUnknown=1;K8S_POD_UID=u1")
+    assert rt.as_env("ADD", ["/opt/cni/bin", "/usr/lib/cni"]) == {
+        DELEGATE_MARK: f"{os.getpid()}/c0ffee",
+        "CNI_COMMAND": "ADD",
+        "CNI_CONTAINERID": "c0ffee",
+        "CNI_NETNS": "/var/run/netns/pod",
+        "CNI_IFNAME": "net1",
+        "CNI_PATH": "/opt/cni/bin:/usr/lib/cni",
+        "CNI_ARGS": "IgnoreUnknown=1;K8S_POD_UID=u1",
+    }
+    # None: the caller's CNI_ARGS stay (no override); "": explicitly none.
+    assert "CNI_ARGS" not in RuntimeConf("c0ffee", "", "net1").as_env("DEL", [])
+    assert RuntimeConf("c0ffee", "", "net1", "").as_env("DEL", [])["CNI_ARGS"] == ""
+
+
+def test_delegate_runs_the_type_found_in_cni_path_with_the_whole_runtime_conf(bindir: Path) -> None:
+    plugin = py_plugin(bindir / "recorder", RECORDER)
+    r = runner(bindir, env={"PATH": BASE_PATH, "CNI_ARGS": "K8S_POD_NAME=runtime", "CNI_IFNAME": "eth0"})
+    rt = RuntimeConf("c0ffee", "/var/run/netns/pod", "net3")
+    result = r.delegate("recorder", "CHECK", {"cniVersion": "1.0.0"}, rt)
+    assert result is not None and result["interfaces"] == [{"name": "net3"}]
+    (call,) = calls(plugin)
+    env = call["env"]
+    assert {k: env[k] for k in ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS")} == {
+        "CNI_COMMAND": "CHECK",
+        "CNI_CONTAINERID": "c0ffee",
+        "CNI_NETNS": "/var/run/netns/pod",
+        "CNI_IFNAME": "net3",
+        "CNI_ARGS": "K8S_POD_NAME=runtime",
+    }
+    assert env["CNI_PATH"] == str(bindir)
+    assert env[DELEGATE_MARK] == f"{os.getpid()}/c0ffee"
+    with pytest.raises(CNIError) as info:
+        r.delegate("absent", "DEL", {}, rt, "ipam.type")
+    assert info.value.code == E.INVALID_CONFIG and info.value.msg.startswith("ipam.type: ")
+
+
+def test_version_is_asked_without_a_container(bindir: Path) -> None:
+    """VERSION (and GC) run with NO_CONTAINER: no per-container variables, an empty CNI_ARGS."""
+    plugin = py_plugin(
+        bindir / "versions",
+        RECORDER.split("print(")[0] + 'print(json.dumps({"cniVersion": "1.0.0", "supportedVersions": ["1.0.0"]}))\n',
+    )
+    r = runner(bindir, env={"PATH": BASE_PATH, "CNI_ARGS": "K8S_POD_NAME=runtime", "CNI_NETNS": "/proc/1/ns/net"})
+    assert r.supported_versions(str(plugin)) == ["1.0.0"]
+    (call,) = calls(plugin)
+    env = call["env"]
+    assert (env["CNI_COMMAND"], env["CNI_CONTAINERID"], env["CNI_NETNS"], env["CNI_IFNAME"], env["CNI_ARGS"]) == (
+        "VERSION",
+        "",
+        "",
+        "",
+        "",
+    )
+    assert NO_CONTAINER.as_env("VERSION", [])["CNI_ARGS"] == ""
 
 
 def test_exec_plugin_error_keeps_code_and_msg(bindir: Path) -> None:
@@ -785,11 +856,11 @@ def test_a_delegate_gets_sigkill_as_its_parent_death_signal(bindir: Path) -> Non
 # (the container runtime's role) SIGKILLs while its delegate runs.
 KILLED_RUNNER = """
 import sys
-from dracni.cni.delegate import DelegateRunner
+from dracni.cni.delegate import DelegateRunner, RuntimeConf
 bindir, plugin = sys.argv[1], sys.argv[2]
 runner = DelegateRunner([bindir], {"PATH": "/usr/bin:/bin"}, timeout=60)
-runner.exec(plugin, "ADD", {"cniVersion": "1.0.0", "name": "n", "type": "slow"}, ifname="net1",
-            container_id="c0ffee", netns="/var/run/netns/pod")
+runner.exec(plugin, "ADD", {"cniVersion": "1.0.0", "name": "n", "type": "slow"},
+            RuntimeConf("c0ffee", "/var/run/netns/pod", "net1"))
 """
 
 
@@ -834,12 +905,12 @@ def test_a_delegate_dies_when_the_runner_is_killed(bindir: Path, tmp_path: Path)
 def test_a_child_whose_parent_is_already_gone_exits_before_exec() -> None:
     """The race PR_SET_PDEATHSIG leaves open: the parent dying between fork and prctl.  The
     child checks its parent after prctl and does not run the delegate for a dead parent."""
-    in_child = delegate._die_with(os.getpid())
+    in_child = process._die_with(os.getpid())
     if in_child is None:
         pytest.skip("no prctl here")
     ran = subprocess.run(["/bin/echo", "ran"], preexec_fn=in_child, capture_output=True, timeout=10)
     assert (ran.returncode, ran.stdout) == (0, b"ran\n")
-    orphan = delegate._die_with(os.getpid() + 1)  # as if re-parented: not the pid that forked
+    orphan = process._die_with(os.getpid() + 1)  # as if re-parented: not the pid that forked
     assert orphan is not None
     ran = subprocess.run(["/bin/echo", "ran"], preexec_fn=orphan, capture_output=True, timeout=10)
     assert (ran.returncode, ran.stdout) == (1, b"")
@@ -847,8 +918,8 @@ def test_a_child_whose_parent_is_already_gone_exits_before_exec() -> None:
 
 def test_without_prctl_delegates_run_as_before(bindir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Not Linux (no prctl in libc): no parent-death signal, the rest unchanged."""
-    monkeypatch.setattr(delegate, "_prctl", False)
-    assert delegate._die_with(os.getpid()) is None
+    monkeypatch.setattr(process, "_prctl", False)
+    assert process._die_with(os.getpid()) is None
     out = tmp_path / "ids"
     plugin = sh_plugin(
         bindir / "ids",
@@ -861,7 +932,7 @@ def test_without_prctl_delegates_run_as_before(bindir: Path, tmp_path: Path, mon
 
 def test_kill_leftovers_stops_only_an_interrupted_adds_processes() -> None:
     """Processes marked for the container whose dracni is gone die; others are left alone."""
-    from dracni.cni.delegate import kill_leftovers
+    from dracni.cni.process import kill_leftovers
     from dracni.cni.request import DELEGATE_MARK
 
     dead = subprocess.Popen(["true"])

@@ -20,8 +20,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from dracni.cni.delegate import DelegateRunner
-from dracni.state.store import SCHEMA_VERSION, BadRecord, PluginVersionCache, StateDir, StateError
+from dracni.state.store import SCHEMA_VERSION, BadRecord, StateDir, StateError
 
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA_PATH = REPO / "spec" / "state-records.schema.json"
@@ -408,25 +407,6 @@ def test_every_record_written_validates_against_the_schema(state: StateDir, root
     att = json.loads((root / "attachments" / "cbr0+c0ffee+eth0.json").read_text())
     att["state"] = "half-done"
     assert not validator.is_valid(att)
-
-
-def test_plugin_version_cache_record_validates_against_the_schema(
-    state: StateDir, root: Path, tmp_path: Path, validator
-) -> None:
-    """The store also writes cache/plugin-versions.json (kind PluginVersions) under the same
-    layout and schema=1, but the schema's oneOf knows no such kind."""
-    plugin_dir = tmp_path / "bin"
-    plugin_dir.mkdir()
-    plugin = plugin_dir / "fake"
-    plugin.write_text('#!/bin/sh\ncat >/dev/null\necho \'{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}\'\n')
-    plugin.chmod(0o755)
-    DelegateRunner(
-        [str(plugin_dir)], {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, PluginVersionCache(state)
-    ).supported_versions(str(plugin))
-    record = json.loads((root / "cache" / "plugin-versions.json").read_text())
-    assert record["schema"] == 1 and record["kind"] == "PluginVersions"
-    errors = [e.message for e in validator.iter_errors(record)]
-    assert not errors, f"cache/plugin-versions.json does not validate: {errors}"
 
 
 # -- the pod index ---------------------------------------------------------------------------
