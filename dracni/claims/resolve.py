@@ -23,7 +23,8 @@ from dracni.policy.binding import DeviceLookup, bind_to_device
 from dracni.policy.config import FULL, TenantPolicy
 from dracni.policy.rules import refuse
 from dracni.policy.tenant import apply_profile, check_any_source, check_claim_config, manage_ipam_data
-from dracni.state.records import claim_ref, new_prepared_claim
+from dracni.state.facts import claim_ref
+from dracni.state.records import new_prepared_claim
 
 if TYPE_CHECKING:
     from dracni.state.records import DeviceSpec, PodRef, PreparedClaim

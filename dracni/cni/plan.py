@@ -8,13 +8,14 @@ know it was).
 
 from __future__ import annotations
 
-from ..state import records as R
+from ..state.facts import claim_ref
 from . import errors as E
 from .errors import CNIError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ..state.records import ClaimRef, DeviceSpec, PreparedClaim
+    from ..state.facts import ClaimRef
+    from ..state.records import DeviceSpec, PreparedClaim
 
 #: Interface names dracni picks for devices without an explicit ifName: net1, net2, ...
 AUTO_IFNAME_PREFIX = "net"
@@ -48,7 +49,7 @@ def plan(claims: list[PreparedClaim], primary_ifname: str, in_use: dict[str, str
     """
     devices = []
     for claim in sorted(claims, key=lambda c: (c.get("namespace", ""), c.get("name", ""), c["uid"])):
-        ref = R.claim_ref(claim["uid"], claim.get("namespace", ""), claim.get("name", ""))
+        ref = claim_ref(claim["uid"], claim.get("namespace", ""), claim.get("name", ""))
         for spec in claim.get("devices", []):
             devices.append(PlannedDevice(ref, claim.get("driver"), spec))
     taken = {primary_ifname: "the runtime's primary interface", **(in_use or {})}

@@ -3,15 +3,16 @@
 ADD finds the pod's prepared claims in the state dir, plans the devices, writes the
 Attachment record ahead (everything DEL/CHECK/GC need), runs each device's delegate conflist
 into the pod's netns (``dracni.cni.conflist``) and records the result plus the status facts
-for the publisher.  Without prepared claims it is a pass-through.
+for the publisher (``dracni.state.facts``).  Without prepared claims it is a pass-through.
 """
 
 from __future__ import annotations
 
 from ..clock import now_rfc3339
+from ..state import facts
 from ..state import records as R
 from . import errors as E
-from .conflist import add_chain, build_chain, check_chain, del_chain, gc_network
+from .conflist import add_chain, build_chain, check_chain, del_chain
 from .delegate import RuntimeConf
 from .errors import CNIError
 from .log import log
@@ -21,7 +22,7 @@ from .versions import LATEST, at_least, from_current, require_command_version
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ..state.records import JSON, AttachedDevice, Attachment, Delegate
-    from ..state.store import StateDir
+    from ..state.store import BadRecord, StateDir
     from .delegate import DelegateRunner
     from .request import Request
 
@@ -33,7 +34,9 @@ class MetaPlugin:
         self.req = req
         self.state = state
         self.runner = runner
-        state.on_quarantine = _log_quarantine
+        state.on_quarantine = lambda path, target, why: log.warning(
+            f"moved an unreadable state record aside to {target}: {why}"
+        )
 
     def _chain_of(self, device: PlannedDevice) -> list[Delegate]:
         spec = device.spec
@@ -93,7 +96,7 @@ class MetaPlugin:
         record["updatedAt"] = now_rfc3339()
         with self.state.locked():
             self.state.put_attachment(record)
-            self._publish_facts(record)
+            facts.attached(self.state, record)
         log.info(f"ADD attached {', '.join(d['ifName'] for d in record['devices'])}")
         return self._answer(record)
 
@@ -207,7 +210,7 @@ class MetaPlugin:
             dev["result"] = None
         with self.state.locked():
             self.state.put_attachment(record)
-            self._publish_facts(record)
+            facts.failed(self.state, record)
         log.error(f"ADD failed and was rolled back: {failure.msg}")
 
     # -- DEL ------------------------------------------------------------------------------
@@ -231,7 +234,7 @@ class MetaPlugin:
             raise CNIError(E.TRY_AGAIN_LATER, f"DEL incomplete: {problems[0]}", "; ".join(problems[1:]))
         with self.state.locked():
             self.state.remove_attachment(req.network, req.container_id, req.ifname)
-            self._retract_facts(record)
+            facts.detached(self.state, record)
         log.info(f"DEL detached {', '.join(d['ifName'] for d in record['devices']) or 'nothing'}")
 
     def _read_for_del(self) -> Attachment | None:
@@ -260,7 +263,7 @@ class MetaPlugin:
 
     def _delete_without_record(self) -> None:
         """The attachment record is gone (state dir wiped): DEL from the prepared claims, best effort."""
-        from ..state.store import BadRecord, StateError
+        from ..state.store import StateError
 
         req = self.req
         bad: list[BadRecord] = []
@@ -289,12 +292,7 @@ class MetaPlugin:
             for problem in del_chain(self.runner, delegates, None, self._runtime(d.ifname)):
                 log.warning(f"DEL without record: {problem}")
         with self.state.locked():
-            for claim_uid in {d.claim["uid"] for d in planned}:
-                if self.state.has_outbox(claim_uid):
-                    self.state.update_outbox(
-                        R.outbox_claim(R.claim_ref(claim_uid, "", ""), None),
-                        lambda facts: R.retract_facts(facts, req.container_id, []),
-                    )
+            facts.detached_unrecorded(self.state, {d.claim["uid"] for d in planned}, req.container_id)
 
     # -- CHECK ----------------------------------------------------------------------------
     def check(self) -> None:
@@ -327,13 +325,13 @@ class MetaPlugin:
 
     # -- GC -------------------------------------------------------------------------------
     def gc(self) -> None:
+        from .gc import forward_gc, valid_attachments  # deferred: only GC needs them
+
         req = self.req
         require_command_version(req.cni_version, "GC")
-        valid = _valid_attachments(req.conf)
-        problems = []
-        kept = []
-        from ..state.store import BadRecord
-
+        valid = valid_attachments(req.conf)
+        problems: list[str] = []
+        kept: list[Attachment] = []
         bad: list[BadRecord] = []
         records = self.state.list_attachments(req.network, bad)
         for unreadable in bad:  # nothing to release from it: out of the way of later GCs
@@ -344,7 +342,7 @@ class MetaPlugin:
                 continue
             log.info(f"GC: releasing stale attachment of container {record['containerID']}")
             problems += self._gc_attachment(record)
-        problems += self._forward_gc(kept)
+        problems += forward_gc(self.runner, self.state, kept)
         if problems:
             raise CNIError(E.TRY_AGAIN_LATER, f"GC incomplete: {problems[0]}", "; ".join(problems[1:]))
 
@@ -357,32 +355,7 @@ class MetaPlugin:
         if not problems:
             with self.state.locked():
                 self.state.remove_attachment(record["network"], record["containerID"], record["ifName"])
-                self._retract_facts(record)
-        return problems
-
-    def _forward_gc(self, kept: list[Attachment]) -> list[str]:
-        """GC each delegate network that speaks 1.1.0, listing the attachments still valid."""
-        from ..state.store import BadRecord
-
-        networks: dict[tuple[str, str], JSON] = {}
-        unreadable: list[BadRecord] = []  # the service's records: reported by inspect, left in place
-        for claim in self.state.list_claims(unreadable):
-            for spec in claim.get("devices", []):
-                for plugin in spec["config"]["plugins"]:
-                    networks.setdefault((spec["config"]["name"], plugin.get("type")), {"plugin": plugin, "valid": []})
-        for record in kept:
-            for dev in record["devices"]:
-                for delegate in dev["delegates"]:
-                    entry = networks.setdefault(
-                        (delegate["config"]["name"], delegate["type"]), {"plugin": delegate["config"], "valid": []}
-                    )
-                    entry["valid"].append({"containerID": record["containerID"], "ifname": dev["ifName"]})
-        problems = []
-        for (network, plugin_type), entry in sorted(networks.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
-            try:
-                gc_network(self.runner, {**entry["plugin"], "type": plugin_type}, network, entry["valid"])
-            except CNIError as exc:
-                problems.append(f"GC of delegate network {network} ({plugin_type}): {exc.msg}")
+                facts.detached(self.state, record)
         return problems
 
     # -- STATUS ---------------------------------------------------------------------------
@@ -409,57 +382,6 @@ class MetaPlugin:
             self.state.check_usable()
         except StateError as exc:
             raise CNIError(E.NOT_AVAILABLE, f"dracni cannot serve ADD: {exc}") from None
-
-    # -- status facts ---------------------------------------------------------------------
-    def _publish_facts(self, record: Attachment) -> None:
-        """Upsert this attachment's device facts into each claim's status outbox (after ADD: a
-        crash may lose the update, see ``StateDir.update_outbox``; DEL's retraction is durable)."""
-        for devices in R.devices_by_claim(record).values():
-            facts = [R.device_fact(record, dev) for dev in devices]
-            claim = R.outbox_claim(devices[0]["claim"], devices[0].get("driver"))
-            # the lambda is called at once (B023)
-            self.state.update_outbox(claim, lambda old: R.upsert_facts(old, facts), sync_dir=False)  # noqa: B023
-
-    def _retract_facts(self, record: Attachment) -> None:
-        """After DEL: our entries go, but a persistent attachment's addresses stay, Detached."""
-        cid = record["containerID"]
-        for claim_uid, devices in R.devices_by_claim(record).items():
-            detached = []
-            for dev in devices:
-                if not dev.get("persistentIPs"):
-                    continue
-                from ..addresses import result_addresses  # deferred: only persistent attachments need it
-
-                kept = result_addresses(dev.get("result")) or list(dev.get("requestedIPs") or [])
-                if kept:
-                    detached.append(R.detached_fact(record, dev, kept, now_rfc3339()))
-            if not self.state.has_outbox(claim_uid) and not detached:
-                continue
-            claim = R.outbox_claim(devices[0]["claim"], devices[0].get("driver"))
-            self.state.update_outbox(claim, lambda old: R.retract_facts(old, cid, detached))  # noqa: B023 (called at once)
-
-
-def _log_quarantine(path: str, target: str, reason: str) -> None:
-    log.warning(f"moved an unreadable state record aside to {target}: {reason}")
-
-
-def _valid_attachments(conf: JSON) -> set[tuple[str, str]]:
-    key = "cni.dev/valid-attachments" if "cni.dev/valid-attachments" in conf else "cni.dev/attachments"
-    entries = conf.get(key)
-    if entries is None:
-        raise CNIError(E.INVALID_CONFIG, "cni.dev/valid-attachments: required for GC")
-    if not isinstance(entries, list):
-        raise CNIError(E.INVALID_CONFIG, f"{key}: must be a list of {{containerID, ifname}} objects")
-    valid = set()
-    for i, entry in enumerate(entries):
-        if (
-            not isinstance(entry, dict)
-            or not isinstance(entry.get("containerID"), str)
-            or not isinstance(entry.get("ifname"), str)
-        ):
-            raise CNIError(E.INVALID_CONFIG, f"{key}[{i}]: must be an object with string containerID and ifname")
-        valid.add((entry["containerID"], entry["ifname"]))
-    return valid
 
 
 def merge_results(results: list[JSON]) -> JSON:

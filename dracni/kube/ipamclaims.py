@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..addresses import canonical_interface_address
 from ..clock import normalize_time, now_rfc3339
-from ..status.drain import entry_key
+from ..state.facts import entry_key
 from ..status.entries import fact_ips
 from ..status.sink import SinkError
 from .api import ApiError, KubeApi

@@ -9,7 +9,7 @@ from ..status.sink import SinkError
 from .api import ApiError, KubeApi
 
 if TYPE_CHECKING:
-    from ..state.records import ClaimRef
+    from ..state.facts import ClaimRef
 
 
 #: kube-apiserver's 403 (``responsewriters.forbiddenMessage``).

@@ -21,7 +21,8 @@ from ..status.entries import Entry
 from ..status.sink import SinkError, StatusSink
 
 if TYPE_CHECKING:
-    from ..state.records import ClaimRef, StatusOutbox
+    from ..state.facts import ClaimRef
+    from ..state.records import StatusOutbox
 from .. import metrics
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""Every record of the on-node state directory: what it holds, how it is built and merged.
+"""Every record of the on-node state directory: what it holds, how it is built and checked.
 
 The contract is ``spec/state-records.schema.json`` (schema version ``SCHEMA_VERSION``); this
 module is its one home in the code.  Records stay plain JSON objects at run time (the CNI hot
@@ -11,7 +11,8 @@ for the type checker only.
 - ``Attachment`` (``attachments/<net>+<cid>+<if>.json``): one CNI ADD, written before the first
   delegate runs, holding everything DEL, CHECK and GC need (so they work without the claim).
 - ``StatusOutbox`` (``outbox/<claimUID>.json``): the desired ``status.devices`` facts of one
-  claim, with ``seq``/``publishedSeq`` for the publisher.
+  claim, with ``seq``/``publishedSeq`` for the publisher.  What a fact says and how facts
+  merge is ``facts.py`` (as is ``ClaimRef``, the claim identity records name).
 - ``PluginVersions`` (``cache/plugin-versions.json``): delegates' VERSION answers.
 """
 
@@ -21,15 +22,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~7 ms to import: the shapes exist for the type checker only
     from typing import Any, Literal, NotRequired, TypedDict
 
+    from .facts import ClaimRef
+
     JSON = dict[str, Any]
-
-    class ClaimRef(TypedDict):
-        uid: str
-        namespace: str
-        name: str
-
-    class OutboxClaim(ClaimRef):
-        driver: NotRequired[str | None]
 
     class PodRef(TypedDict):
         uid: str
@@ -134,7 +129,7 @@ if TYPE_CHECKING:  # typing costs ~7 ms to import: the shapes exist for the type
         ipamClaim: NotRequired[str | None]
         keptIPs: NotRequired[list[str]]
         detached: NotRequired[bool]
-        lasting: NotRequired[bool]  # a failed ADD's fact kept after its DEL (retract_facts)
+        lasting: NotRequired[bool]  # a failed ADD's fact kept after its DEL (facts.retract_facts)
 
     class StatusOutbox(TypedDict):
         kind: Literal["StatusOutbox"]
@@ -213,10 +208,6 @@ def cni_error(code: int, msg: str, details: str = "") -> CniError:
     return {"code": code, "msg": msg, "details": details}
 
 
-def claim_ref(uid: str, namespace: str, name: str) -> ClaimRef:
-    return {"uid": uid, "namespace": namespace, "name": name}
-
-
 def new_attachment(
     *,
     network: str,
@@ -266,71 +257,9 @@ def attached_device(
     }
 
 
-def outbox_claim(claim: ClaimRef, driver: str | None) -> OutboxClaim:
-    """A claim as the status outbox names it: its identity and the driver of its entries."""
-    return {"uid": claim["uid"], "namespace": claim["namespace"], "name": claim["name"], "driver": driver}
-
-
-def new_outbox(claim: OutboxClaim) -> StatusOutbox:
-    return {
-        "kind": "StatusOutbox",
-        "claim": claim_ref(claim["uid"], claim["namespace"], claim["name"]),
-        "driver": claim.get("driver"),
-        "seq": 0,
-        "publishedSeq": 0,
-        "devices": [],
-    }
-
-
 def is_pending(outbox: StatusOutbox) -> bool:
     """The outbox holds a state the publisher has not sent yet."""
     return outbox.get("seq", 0) > outbox.get("publishedSeq", 0)
-
-
-# -- status facts -------------------------------------------------------------------------
-def device_fact(record: Attachment, dev: AttachedDevice) -> DeviceFact:
-    """What the claim status should say about ``dev`` after this ADD (ready or failed)."""
-    pod = record.get("pod") or {}
-    fact: DeviceFact = {
-        "request": dev["request"],
-        "pool": dev["pool"],
-        "device": dev["device"],
-        "shareID": dev.get("shareID"),
-        "ifName": dev["ifName"],
-        "ready": record["state"] == "ready" and dev.get("error") is None,
-        "result": dev.get("result"),
-        "error": dev.get("error"),
-        "containerID": record["containerID"],
-        "podUID": pod.get("uid"),
-        "podName": pod.get("name"),
-        "updatedAt": record["updatedAt"],
-    }
-    if dev.get("persistentIPs"):
-        fact["ipamClaim"] = dev.get("ipamClaim")
-        fact["keptIPs"] = list(dev.get("requestedIPs") or [])
-    return fact
-
-
-def detached_fact(record: Attachment, dev: AttachedDevice, kept_ips: list[str], updated_at: str) -> DeviceFact:
-    """A persistent attachment after DEL: Ready=False (Detached), its addresses kept."""
-    fact = device_fact(record, dev)
-    fact["ready"] = False
-    fact["detached"] = True
-    fact["result"] = None
-    fact["error"] = None
-    fact["updatedAt"] = updated_at
-    fact["keptIPs"] = kept_ips
-    return fact
-
-
-def fact_key(fact: DeviceFact) -> tuple[str, str, str | None]:
-    """The ``status.devices`` entry a fact is about: one entry per (pool, device, shareID).
-
-    A claim reserved for several pods has one fact per pod's attachment under the same key
-    (told apart by ``containerID``); the status entry is composed from all of them
-    (``status/entries.py status_devices``).
-    """
-    return fact["pool"], fact["device"], fact.get("shareID")
 
 
 def devices_by_claim(record: Attachment) -> dict[str, list[AttachedDevice]]:
@@ -339,54 +268,6 @@ def devices_by_claim(record: Attachment) -> dict[str, list[AttachedDevice]]:
     for dev in record["devices"]:
         out.setdefault(dev["claim"]["uid"], []).append(dev)
     return out
-
-
-def is_failure(fact: DeviceFact) -> bool:
-    """A fact saying an ADD failed (a Detached one is no failure)."""
-    return not fact.get("ready") and not fact.get("detached")
-
-
-def upsert_facts(old: list[DeviceFact], new: list[DeviceFact]) -> list[DeviceFact]:
-    """After an ADD: ``new`` replace the same container's facts for their devices, and the
-    Detached facts and lasting failures earlier pods left there; other pods' attachments stay."""
-    containers = {(fact_key(f), f.get("containerID")) for f in new}
-    keys = {fact_key(f) for f in new}
-
-    def superseded(fact: DeviceFact) -> bool:
-        return (fact_key(fact), fact.get("containerID")) in containers or (
-            fact_key(fact) in keys and bool(fact.get("detached") or fact.get("lasting"))
-        )
-
-    return [f for f in old if not superseded(f)] + new
-
-
-def retract_facts(old: list[DeviceFact], container_id: str, kept: list[DeviceFact]) -> list[DeviceFact]:
-    """After DEL: drop the container's facts, except its failures.
-
-    A failed ADD's facts *last* (marked ``lasting``): the runtime DELs a failed ADD within
-    milliseconds, and the claim status must go on saying why the pod has no interface until the
-    next ADD of that device or the claim's unprepare (``end_lasting``).  One lasting failure per
-    device: a newer one replaces an older one.  A ``kept`` (Detached) fact takes its device's
-    place only when no other pod is still attached to that device and the ADD did not fail.
-    """
-    failed: list[DeviceFact] = []
-    for fact in old:
-        if fact.get("containerID") == container_id and is_failure(fact):
-            lasting: DeviceFact = {**fact, "lasting": True}
-            failed.append(lasting)
-    failed_keys = {fact_key(f) for f in failed}
-    remaining = [
-        f for f in old if f.get("containerID") != container_id and not (f.get("lasting") and fact_key(f) in failed_keys)
-    ]
-    live = {fact_key(f) for f in remaining if not f.get("detached") and not f.get("lasting")}
-    kept = [k for k in kept if fact_key(k) not in live and fact_key(k) not in failed_keys]
-    keys = {fact_key(k) for k in kept}
-    return [f for f in remaining if fact_key(f) not in keys] + failed + kept
-
-
-def end_lasting(old: list[DeviceFact]) -> list[DeviceFact]:
-    """The claim was unprepared: the failures its pods left go."""
-    return [f for f in old if not f.get("lasting")]
 
 
 # -- readers ------------------------------------------------------------------------------

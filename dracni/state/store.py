@@ -11,19 +11,10 @@ Layout (schema: ``spec/state-records.schema.json``)::
     <root>/cache/plugin-versions.json     delegate VERSION answers, keyed by binary identity
     <root>/quarantine/<dir>+<stem>.<time>.json  a record that could not be read, moved aside
 
-A record that cannot be read (not JSON, a missing key its readers need, an unknown or newer
-``schema``) raises ``BadRecord``.  Where a reader must go on without it (CNI DEL, an outbox
-update), the record is moved into ``quarantine/`` (``StateDir.quarantine``): kept for the
-operator (``dracni inspect`` lists it with its reason), never overwritten, out of every
-reader's way.
-
-Records are written atomically (temp file, fsync, rename, fsync of the directory) while the
-state lock is held; readers never need the lock because a rename is atomic.  The service
-groups the writes of concurrent kubelet calls into one lock hold (``batched()``): every record
-is still written to a temp file and fsynced before it is renamed into place, but the fsyncs of
-the batch run at the same time, and each directory is fsynced once.  The lock is held
-only around record writes, never around delegate execs, so ADD/DEL of different pods do not
-wait on each other for longer than a record write.
+``StateDir`` reads, puts and removes each kind of record; how a record file is read, written
+atomically under the state lock, batched and quarantined is its base, ``files.py``.  What the
+status outbox's facts mean and how they change is ``facts.py`` (``update_outbox``,
+``end_lasting_failures`` and ``mark_published`` here hand over to it).
 
 This module sits on the CNI hot path: it imports only ``os`` and ``json`` (and ``fcntl`` for
 the lock, when a write needs it).
@@ -33,232 +24,28 @@ from __future__ import annotations
 
 import os
 
-from .. import jsonio
-from ..atomicfile import fsync_dir, read_if_exists, write_atomic
+from . import facts
 from . import records as R
-from .records import SCHEMA_VERSION, attachment_key, claim_pod_keys, pod_index_keys
+from .files import FILE_MODE, RecordFiles
+from .files import LOCK_TIMEOUT as LOCK_TIMEOUT
+from .files import BadRecord as BadRecord
+from .files import StateError as StateError
+from .records import SCHEMA_VERSION as SCHEMA_VERSION
+from .records import attachment_key, claim_pod_keys, pod_index_keys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~7 ms to import; annotations are strings (PEP 563)
-    from collections.abc import Callable
-    from typing import Any
-
-    from .lock import Held, StateLock
-    from .records import JSON, Attachment, DeviceFact, OutboxClaim, PodIndex, PreparedClaim, StatusOutbox
-
-DIR_MODE = 0o700
-FILE_MODE = 0o600
-#: How long a writer waits for the state lock before giving up (seconds).
-LOCK_TIMEOUT = 30.0
+    from .facts import Change, OutboxClaim
+    from .records import JSON, Attachment, PodIndex, PreparedClaim, StatusOutbox
 
 
-class StateError(Exception):
-    """The state directory cannot be read or written."""
-
-
-class BadRecord(StateError):
-    """A record file that exists but cannot be read as its kind (``newer``: a newer dracni's)."""
-
-    def __init__(self, message: str, path: str, newer: bool = False) -> None:
-        super().__init__(message)
-        self.path = path
-        self.newer = newer
-
-
-#: The record kind each directory holds (what ``_read`` checks a record against).
-_KINDS = {"claims": R.PREPARED_CLAIM, "pods": R.POD_INDEX, "attachments": R.ATTACHMENT, "outbox": R.STATUS_OUTBOX}
-QUARANTINE = "quarantine"
-
-
-def _safe_component(value: str, what: str) -> str:
-    if not value or "/" in value or value in (".", "..") or "\0" in value:
-        raise StateError(f"{what} {value!r} cannot name a state record")
-    return value
-
-
-def _decode(data: bytes, path: str, kind: str | None = "") -> Any:
-    """A record file's bytes as its record (``kind``: by default, its directory's), else BadRecord."""
-    if kind == "":
-        kind = _KINDS.get(os.path.basename(os.path.dirname(path)))
-    try:
-        record = jsonio.loads(data)
-    except ValueError as exc:
-        raise BadRecord(f"corrupt state record {path}: {exc}", path) from exc
-    try:
-        return R.check_record(record, path, kind)
-    except R.RecordError as exc:
-        raise BadRecord(str(exc), path, newer=isinstance(exc, R.NewerRecord)) from exc
-
-
-class StateDir:
+class StateDir(RecordFiles):
     """Typed access to the records of one state directory."""
 
-    def __init__(self, root: str) -> None:
-        self.root = os.path.abspath(root)
-        self._lock: StateLock | None = None  # made on the first write: reads take no lock
-        #: path -> new bytes (None: deleted) while a ``batched()`` block defers its writes
-        self._pending: dict[str, bytes | None] | None = None
-        #: Called as ``(record path, quarantined path, reason)`` after a record was moved aside
-        #: (the CNI plugin logs one line; the service counts it).
-        self.on_quarantine: Callable[[str, str, str], None] | None = None
-
-    # -- paths ---------------------------------------------------------------------------
     @property
     def ipam_dir(self) -> str:
         """Where the IPAM of claim configs keeps its files (dracni sets their ``dataDir``)."""
         return os.path.join(self.root, "ipam")
-
-    def _path(self, kind: str, stem: str) -> str:
-        return os.path.join(self.root, kind, _safe_component(stem, kind[:-1]) + ".json")
-
-    def ensure(self) -> None:
-        """Create the directory tree with owner-only permissions."""
-        for sub in ("", "claims", "pods", "attachments", "outbox", "cache"):
-            path = os.path.join(self.root, sub)
-            try:
-                os.makedirs(path, mode=DIR_MODE, exist_ok=True)
-                os.chmod(path, DIR_MODE)
-            except OSError as exc:
-                raise StateError(f"cannot create state directory {path}: {exc.strerror}") from exc
-
-    # -- locking -------------------------------------------------------------------------
-    def locked(self, timeout: float = LOCK_TIMEOUT) -> Held:
-        """``with state.locked():`` holds the state lock (re-entrant within this object)."""
-        if self._lock is None:
-            from .lock import StateLock  # deferred: a pass-through ADD only reads
-
-            self._lock = StateLock(os.path.join(self.root, "state.lock"), prepare=self.ensure, error=StateError)
-        return self._lock.held(timeout)
-
-    def batched(self) -> Batch:
-        """``with state.locked(), state.batched():`` stages the block's record writes and
-        deletions (reads see them) and applies them on exit; see ``Batch``."""
-        return Batch(self)
-
-    # -- low-level record I/O --------------------------------------------------------------
-    def _read(self, path: str) -> Any:
-        if self._pending is not None and path in self._pending:
-            data = self._pending[path]
-        else:
-            data = read_if_exists(path, StateError)
-        if data is None:
-            return None
-        return _decode(data, path)
-
-    def quarantine(self, path: str) -> str | None:
-        """Move the unreadable record at ``path`` into ``quarantine/``, under the state lock.
-
-        Returns where it went; None when, under the lock, it is gone or readable after all (a
-        writer replaced it meanwhile).  The file is renamed, never rewritten: a newer dracni's
-        record survives intact for the operator (or that newer dracni) to take back.
-        """
-        import time
-
-        with self.locked():
-            try:
-                data = read_if_exists(path, StateError)
-                if data is None:
-                    return None
-                _decode(data, path)
-                return None
-            except BadRecord as exc:
-                reason = str(exc)
-            directory = os.path.join(self.root, QUARANTINE)
-            now = time.time_ns()
-            stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now // 10**9)) + f".{now % 10**9:09d}Z"
-            kind = os.path.basename(os.path.dirname(path))
-            target = os.path.join(directory, f"{kind}+{os.path.basename(path)[:-5]}.{stamp}.json")
-            try:
-                os.makedirs(directory, mode=DIR_MODE, exist_ok=True)
-                os.rename(path, target)
-                fsync_dir(directory)
-                fsync_dir(os.path.dirname(path))
-            except OSError as exc:
-                raise StateError(f"cannot quarantine {path}: {exc.strerror}") from exc
-        if self.on_quarantine is not None:
-            self.on_quarantine(path, target, reason)
-        return target
-
-    def _read_or_quarantine(self, path: str) -> Any:
-        """``_read``, but an unreadable record is quarantined and reads as absent."""
-        try:
-            return self._read(path)
-        except BadRecord as exc:
-            self.quarantine(exc.path)
-            return None
-
-    def quarantine_count(self) -> int:
-        """How many records sit in quarantine/ (a directory listing, no reads)."""
-        try:
-            return sum(1 for n in os.listdir(os.path.join(self.root, QUARANTINE)) if n.endswith(".json"))
-        except OSError:
-            return 0
-
-    def list_quarantine(self) -> list[tuple[str, str]]:
-        """Quarantined records: (file path, why it could not be read), oldest name first."""
-        directory = os.path.join(self.root, QUARANTINE)
-        try:
-            names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
-        except FileNotFoundError:
-            return []
-        except OSError as exc:
-            raise StateError(f"cannot list {directory}: {exc.strerror}") from exc
-        out = []
-        for name in names:
-            path = os.path.join(directory, name)
-            kind_dir = name.split("+", 1)[0]
-            try:
-                data = read_if_exists(path, StateError)
-                _decode(data or b"", path, _KINDS.get(kind_dir))
-                reason = "readable now"
-            except StateError as exc:
-                reason = str(exc)
-            out.append((path, reason))
-        return out
-
-    def _write(self, path: str, record: Any, *, sync_dir: bool = True) -> None:
-        """Atomically replace ``path`` with ``record``; the caller holds the lock.  ``sync_dir``:
-        see ``write_atomic`` (a batch syncs every directory it touches)."""
-        assert self._lock is not None and self._lock.is_mine(), "state writes must hold the state lock"
-        record["schema"] = SCHEMA_VERSION
-        if self._pending is not None:
-            self._pending[path] = jsonio.dumps(record, pretty=True)
-            return
-        try:
-            write_atomic(path, jsonio.dumps(record, pretty=True), FILE_MODE, sync_dir=sync_dir)
-        except OSError as exc:
-            raise StateError(f"cannot write {path}: {exc.strerror}") from exc
-
-    def _delete(self, path: str) -> bool:
-        assert self._lock is not None and self._lock.is_mine(), "state writes must hold the state lock"
-        if self._pending is not None:
-            existed = self._pending[path] is not None if path in self._pending else os.path.exists(path)
-            self._pending[path] = None
-            return existed
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            return False
-        except OSError as exc:
-            raise StateError(f"cannot remove {path}: {exc.strerror}") from exc
-        fsync_dir(os.path.dirname(path))
-        return True
-
-    def _list(self, kind: str) -> list[str]:
-        try:
-            names = os.listdir(os.path.join(self.root, kind))
-        except FileNotFoundError:
-            names = []
-        except OSError as exc:
-            raise StateError(f"cannot list {self.root}/{kind}: {exc.strerror}") from exc
-        stems = {n[:-5] for n in names if n.endswith(".json")}
-        if self._pending:
-            directory = os.path.join(self.root, kind)
-            for path, data in self._pending.items():
-                if os.path.dirname(path) == directory:
-                    stem = os.path.basename(path)[:-5]
-                    (stems.add if data is not None else stems.discard)(stem)
-        return sorted(stems)
 
     # -- prepared claims and the pod index -------------------------------------------------
     def read_claim(self, uid: str) -> PreparedClaim | None:
@@ -268,26 +55,6 @@ class StateDir:
     def list_claims(self, bad: list[BadRecord] | None = None) -> list[PreparedClaim]:
         """Every prepared claim; with ``bad``, unreadable ones are collected there instead of raising."""
         return self._list_records("claims", bad)
-
-    def _list_records(self, kind: str, bad: list[BadRecord] | None, prefix: str | None = None) -> list[Any]:
-        stems = [s for s in self._list(kind) if prefix is None or s.startswith(prefix)]
-        return self._read_each([self._path(kind, stem) for stem in stems], bad)
-
-    def _read_each(self, paths: list[str], bad: list[BadRecord] | None) -> list[Any]:
-        """The records at ``paths`` that exist, in that order; with ``bad``, unreadable ones are
-        collected there instead of raising."""
-        records = []
-        for path in paths:
-            try:
-                record = self._read(path)
-            except BadRecord as exc:
-                if bad is None:
-                    raise
-                bad.append(exc)
-                continue
-            if record is not None:
-                records.append(record)
-        return records
 
     def pod_claim_uids(self, pod_uid: str | None, namespace: str | None, name: str | None) -> list[str]:
         """Claim UIDs prepared for a pod; the name is consulted only when the UID is unknown."""
@@ -425,8 +192,11 @@ class StateDir:
             return self._delete(self._path("attachments", attachment_key(network, container_id, ifname)))
 
     # -- status outbox -------------------------------------------------------------------
-    def read_outbox(self, claim_uid: str) -> StatusOutbox | None:
-        record: StatusOutbox | None = self._read(self._path("outbox", claim_uid))
+    def read_outbox(self, claim_uid: str, *, quarantine: bool = False) -> StatusOutbox | None:
+        """The claim's outbox record; ``quarantine``: an unreadable one is moved aside and
+        reads as absent (an update starts the claim's facts afresh)."""
+        path = self._path("outbox", claim_uid)
+        record: StatusOutbox | None = self._read_or_quarantine(path) if quarantine else self._read(path)
         return record
 
     def list_outbox(self, bad: list[BadRecord] | None = None) -> list[StatusOutbox]:
@@ -440,63 +210,26 @@ class StateDir:
             return self._pending[path] is not None
         return os.path.exists(path)
 
-    def update_outbox(
-        self,
-        claim: OutboxClaim,
-        change: Callable[[list[DeviceFact]], list[DeviceFact]],
-        *,
-        sync_dir: bool = True,
-    ) -> StatusOutbox:
-        """Apply ``change`` to the claim's desired status facts and bump its sequence number.
-
-        ``claim`` is ``{"uid", "namespace", "name"}`` (plus ``driver``).  The publisher
-        compares ``seq`` with ``publishedSeq`` so a newer state is never overwritten by an
-        older one, and an entry survives restarts until it is published.  An unreadable record
-        is quarantined and the claim's facts start afresh (the publisher then sends what this
-        change leaves).
-
-        ``sync_dir=False`` (the CNI plugin's updates, see ``write_atomic``): a crash may lose
-        the update.  It then only concerns attachments the crash ended with their pods; the
-        claim's facts converge with the next update (the publisher sends the whole list) and
-        the publisher's own writes (``mark_published``) are fully durable.
-        """
+    def put_outbox(self, record: StatusOutbox, *, sync_dir: bool = True) -> None:
+        """Write a claim's outbox record (``sync_dir``: see ``write_atomic``)."""
         with self.locked():
-            path = self._path("outbox", claim["uid"])
-            record: StatusOutbox = self._read_or_quarantine(path) or R.new_outbox(claim)
-            record["devices"] = change(list(record["devices"]))
-            record["seq"] += 1
-            self._write(path, record, sync_dir=sync_dir)
-            return record
+            self._write(self._path("outbox", record["claim"]["uid"]), record, sync_dir=sync_dir)
+
+    def remove_outbox(self, claim_uid: str) -> bool:
+        with self.locked():
+            return self._delete(self._path("outbox", claim_uid))
+
+    def update_outbox(self, claim: OutboxClaim, change: Change, *, sync_dir: bool = True) -> StatusOutbox:
+        """``facts.update_outbox``: apply ``change`` to the claim's facts, bump its ``seq``."""
+        return facts.update_outbox(self, claim, change, sync_dir=sync_dir)
 
     def end_lasting_failures(self, claim_uids: list[str]) -> None:
-        """The claims were unprepared: drop the failures their pods' DELs left in the outbox
-        (``records.retract_facts``), so that the publisher clears them from the status."""
-        with self.locked():
-            for uid in claim_uids:
-                path = self._path("outbox", uid)
-                record: StatusOutbox | None = self._read_or_quarantine(path)
-                if record is None or not any(f.get("lasting") for f in record["devices"]):
-                    continue
-                record["devices"] = R.end_lasting(record["devices"])
-                record["seq"] += 1
-                self._write(path, record)
+        """``facts.unprepared``: the failures the claims' pods left go from their outbox."""
+        facts.unprepared(self, claim_uids)
 
     def mark_published(self, claim_uid: str, seq: int) -> bool:
-        """Record that ``seq`` reached the status sink; drop the entry when nothing is left.
-
-        Returns False when a newer state arrived meanwhile (it stays pending).
-        """
-        with self.locked():
-            path = self._path("outbox", claim_uid)
-            record: StatusOutbox | None = self._read(path)
-            if record is None or record["seq"] < seq:
-                return False
-            record["publishedSeq"] = max(record["publishedSeq"], seq)
-            if record["seq"] == record["publishedSeq"] and not record["devices"]:
-                self._delete(path)
-            else:
-                self._write(path, record)
-            return record["seq"] == seq
+        """``facts.published``: ``seq`` reached the sink (False: a newer state is pending)."""
+        return facts.published(self, claim_uid, seq)
 
     def pending_outbox(
         self, errors: dict[str, str] | None = None, quarantined: dict[str, str] | None = None
@@ -555,82 +288,3 @@ class StateDir:
                 os.unlink(probe)
             except OSError as exc:
                 raise StateError(f"state directory {self.root} is not writable: {exc.strerror}") from exc
-
-
-class Batch:
-    """The record writes of one ``with`` block, applied together (``StateDir.batched()``).
-
-    Inside the block writes and deletions are staged in memory, and reads of the state dir
-    object see them.  On a clean exit every new record goes to a temp file; the temp files
-    are fsynced at the same time (the file system commits them together), then renamed into
-    place, deletions done, and each directory touched fsynced once.  If a temp file cannot be
-    written or synced nothing is applied (StateError).  An exception in the block discards
-    what it staged.  Only the service uses it (it imports threads); the state lock must be
-    held around the block.
-    """
-
-    def __init__(self, state: StateDir) -> None:
-        self.state = state
-
-    def __enter__(self) -> Batch:
-        assert self.state._pending is None, "batches do not nest"
-        assert self.state._lock is not None and self.state._lock.is_mine(), "a batch must hold the state lock"
-        self.state._pending = {}
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        pending, self.state._pending = self.state._pending or {}, None
-        if exc_type is None and pending:
-            apply_together(pending)
-
-
-#: The threads that fsync a batch's files at the same time (made by the first batch: the
-#: service's; the CNI plugin never batches).
-_SYNC_THREADS = 8
-_sync_pool: Any = None
-
-
-def apply_together(pending: dict[str, bytes | None]) -> None:
-    """Write, fsync (in parallel), rename and delete; then fsync each directory once."""
-    global _sync_pool
-    if _sync_pool is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _sync_pool = ThreadPoolExecutor(max_workers=_SYNC_THREADS, thread_name_prefix="dracni-fsync")
-    pool = _sync_pool
-    writes = {path: data for path, data in pending.items() if data is not None}
-    temps = {
-        path: os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp{os.getpid()}") for path in writes
-    }
-
-    def stage(path: str) -> None:
-        fd = os.open(temps[path], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
-        try:
-            view = memoryview(writes[path])
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    try:
-        list(pool.map(stage, writes))
-    except OSError as exc:
-        for temp in temps.values():
-            try:
-                os.unlink(temp)
-            except OSError:
-                pass
-        raise StateError(f"cannot write state records: {exc}") from exc
-    try:
-        for path in pending:
-            if path in temps:
-                os.rename(temps[path], path)
-            else:
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
-        list(pool.map(fsync_dir, sorted({os.path.dirname(path) for path in pending})))
-    except OSError as exc:
-        raise StateError(f"cannot apply state records: {exc}") from exc

@@ -12,10 +12,11 @@ An authorization refusal is never final: it stays pending until the grant is fix
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dracni.state.facts import entry_key, published
 from dracni.state.store import StateDir, StateError
 from dracni.status.entries import Entry, status_devices
 from dracni.status.sink import SinkError, StatusSink
@@ -23,15 +24,10 @@ from dracni.status.sink import SinkError, StatusSink
 if TYPE_CHECKING:
     from dracni.state.records import StatusOutbox
 
-#: A status entry's identity: (pool, device, shareID).
+#: A status entry's identity: (pool, device, shareID), as ``state.facts.entry_key`` spells it.
 Key = tuple[str, str, str]
 #: Extra conditions per status entry, e.g. an IPAMClaim conflict.
 Notes = dict[Key, list[dict[str, Any]]]
-
-
-def entry_key(entry: Mapping[str, Any]) -> Key:
-    """The (pool, device, shareID) of a status entry or of the outbox fact it is made from."""
-    return (str(entry.get("pool") or ""), str(entry.get("device") or ""), str(entry.get("shareID") or ""))
 
 
 @dataclass
@@ -115,7 +111,7 @@ def drain_outbox(
             report.failed[uid] = f"{type(exc).__name__}: {exc}"
             continue
         try:
-            state.mark_published(uid, record.get("seq"))
+            published(state, uid, record.get("seq"))
         except StateError as exc:
             report.failed[uid] = f"sent, but not recorded as sent: {exc}"
             continue

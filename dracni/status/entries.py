@@ -1,7 +1,7 @@
 """ResourceClaim ``status.devices`` entries (AllocatedDeviceStatus, KEP-4817) from outbox facts.
 
 The CNI plugin writes, per claim, the full desired set of *device facts* into the state
-directory's StatusOutbox record (``dracni.state.records``).  This module turns them into the
+directory's StatusOutbox record (``dracni.state.facts``).  This module turns them into the
 camelCase API form of ``status.devices[]``, within the API server's limits
 (``dracni.apirules.validation``).
 """
@@ -21,6 +21,7 @@ from ..apirules.validation import (
     json_size,
 )
 from ..clock import normalize_time, parse_rfc3339, zero_time
+from ..state.facts import entry_key
 
 READY = "Ready"
 REASON_READY = "NetworkInterfaceReady"
@@ -236,25 +237,21 @@ def _kept_ips(values: Any) -> list[str]:
     return out[:MAX_IPS]
 
 
-def _device_key(item: DeviceFact) -> tuple[str, str, str]:
-    return (str(item.get("pool") or ""), str(item.get("device") or ""), str(item.get("shareID") or ""))
-
-
 def status_devices(outbox: StatusOutbox, *, driver: str) -> list[Entry]:
     """All ``status.devices`` entries of a StatusOutbox record, sorted by (pool, device, shareID).
 
-    One entry per (pool, device, shareID).  Its facts are one per pod attached (a claim may be
-    reserved for several pods); the entry shows, while any pod is attached and ready, the
-    first attached pod's attachment (interface, MAC, CNI result, condition) with the addresses
-    of every ready attachment (that pod's first, at most 16); with none ready, the latest fact
-    (a failure, or a persistent attachment's Detached state).  One pod's failed ADD therefore
-    never turns the entry of a device another pod uses to Ready=False.
+    One entry per (pool, device, shareID) (``state/facts.py entry_key``).  Its facts are one
+    per pod attached (a claim may be reserved for several pods); the entry shows, while any pod
+    is attached and ready, the first attached pod's attachment (interface, MAC, CNI result,
+    condition) with the addresses of every ready attachment (that pod's first, at most 16);
+    with none ready, the latest fact (a failure, or a persistent attachment's Detached state).
+    One pod's failed ADD therefore never turns the entry of a device another pod uses to Ready=False.
     """
     groups: dict[tuple[str, str, str], list[tuple[datetime, int, DeviceFact]]] = {}
     for order, fact in enumerate(outbox.get("devices") or []):
         if isinstance(fact, dict):
             when = parse_rfc3339(fact.get("updatedAt")) or zero_time()
-            groups.setdefault(_device_key(fact), []).append((when, order, fact))
+            groups.setdefault(entry_key(fact), []).append((when, order, fact))
     return [_composed_entry(groups[key], driver) for key in sorted(groups)]
 
 

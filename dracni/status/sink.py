@@ -25,7 +25,7 @@ from dracni.status.entries import Entry
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from dracni.state.records import ClaimRef
+    from dracni.state.facts import ClaimRef
 
 API_VERSION = "resource.k8s.io/v1"
 KIND = "ResourceClaim"

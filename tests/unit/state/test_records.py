@@ -1,5 +1,5 @@
-"""dracni.state.records: every builder's record validates against spec/state-records.schema.json,
-and the fact merges keep one fact per (pool, device, shareID)."""
+"""dracni.state.records: every builder's record validates against spec/state-records.schema.json
+(the facts' builders and merges: test_facts.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import jsonschema
 import pytest
 
 from dracni.specfiles import load_json_spec
+from dracni.state import facts as F
 from dracni.state import records as R
 
 SHARE = "4b7f2c1e-9a0d-4c5e-8f3a-2d1b0c9e8f7a"
@@ -60,7 +61,7 @@ def attachment(state: str = "ready", **device_extra: Any) -> Any:
         "result": {"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.5/24"}]},
     }
     dev = R.attached_device(
-        R.claim_ref("claim-1", "default", "nets"), "dracni.io", spec(**device_extra), "net1", [delegate]
+        F.claim_ref("claim-1", "default", "nets"), "dracni.io", spec(**device_extra), "net1", [delegate]
     )
     dev["result"] = delegate["result"]
     record["devices"].append(dev)
@@ -70,7 +71,7 @@ def attachment(state: str = "ready", **device_extra: Any) -> Any:
 
 def test_prepared_claim_builder_validates(validator: jsonschema.Draft202012Validator) -> None:
     claim = R.new_prepared_claim(
-        R.claim_ref("claim-1", "default", "nets"),
+        F.claim_ref("claim-1", "default", "nets"),
         driver="dracni.io",
         source=None,
         prepared_at="2026-11-23T20:00:00Z",
@@ -81,16 +82,6 @@ def test_prepared_claim_builder_validates(validator: jsonschema.Draft202012Valid
     validator.validate(stored(claim))
 
 
-def test_pod_index_and_outbox_builders_validate(validator: jsonschema.Draft202012Validator) -> None:
-    index = R.new_pod_index()
-    index["claims"].append("claim-1")
-    validator.validate(stored(index))
-    outbox = R.new_outbox({"uid": "claim-1", "namespace": "default", "name": "nets", "driver": "dracni.io"})
-    assert outbox["claim"] == {"uid": "claim-1", "namespace": "default", "name": "nets"}
-    assert outbox["driver"] == "dracni.io" and not R.is_pending(outbox)
-    validator.validate(stored(outbox))
-
-
 def test_attachment_builders_validate_in_every_state(validator: jsonschema.Draft202012Validator) -> None:
     adding = attachment("adding")
     assert adding["kind"] == "Attachment" and adding["error"] is None
@@ -99,42 +90,6 @@ def test_attachment_builders_validate_in_every_state(validator: jsonschema.Draft
     failed["error"] = R.cni_error(100, "delegate macvlan ADD failed")
     failed["devices"][0]["error"] = R.cni_error(100, "delegate macvlan ADD failed", "details")
     validator.validate(stored(failed))
-
-
-def test_facts_validate_inside_an_outbox(validator: jsonschema.Draft202012Validator) -> None:
-    record = attachment("ready", persistentIPs=True, requestedIPs=["10.0.0.5/24"], shareID=SHARE)
-    dev = record["devices"][0]
-    ready = R.device_fact(record, dev)
-    assert ready["ready"] and ready["keptIPs"] == ["10.0.0.5/24"] and ready["shareID"] == SHARE
-    detached = R.detached_fact(record, dev, ["10.0.0.5/24"], "2026-11-23T20:01:00Z")
-    assert detached["detached"] and not detached["ready"] and detached["result"] is None
-    outbox = R.new_outbox({"uid": "claim-1", "namespace": "default", "name": "nets"})
-    outbox["devices"] = [ready]
-    outbox["seq"] = 1
-    assert R.is_pending(outbox)
-    validator.validate(stored(outbox))
-    outbox["devices"] = [detached]
-    validator.validate(stored(outbox))
-
-
-def test_upsert_replaces_a_fact_of_the_same_device_and_share() -> None:
-    record = attachment()
-    dev = record["devices"][0]
-    first = R.device_fact(record, dev)
-    other = dict(first, device="eth2")
-    newer = dict(first, ready=False, updatedAt="2026-11-23T20:05:00Z")
-    merged = R.upsert_facts([first, other], [newer])
-    assert merged == [other, newer]
-
-
-def test_retract_drops_the_containers_facts_and_keeps_detached_ones() -> None:
-    record = attachment(persistentIPs=True, requestedIPs=["10.0.0.5/24"])
-    dev = record["devices"][0]
-    mine = R.device_fact(record, dev)
-    theirs = dict(mine, device="eth2", containerID="other")
-    detached = R.detached_fact(record, dev, ["10.0.0.5/24"], "2026-11-23T20:01:00Z")
-    assert R.retract_facts([mine, theirs], "c0ffee", []) == [theirs]
-    assert R.retract_facts([mine, theirs], "c0ffee", [detached]) == [theirs, detached]
 
 
 def test_devices_by_claim_and_index_keys() -> None:

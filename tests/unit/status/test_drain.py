@@ -297,10 +297,10 @@ def test_publish_status_exits_non_zero_on_a_real_error(state, tmp_path):
 
 # -- failure status lasts (issue 12 item 2): the outbox keeps it, the service holds nothing ---
 def retract(container_id: str = "c0ffee"):
-    """What the plugin's DEL does to the outbox (records.retract_facts, no Detached fact)."""
-    from dracni.state import records as R
+    """What the plugin's DEL does to the outbox (facts.retract_facts, no Detached fact)."""
+    from dracni.state import facts as F
 
-    return lambda devices: R.retract_facts(devices, container_id, [])
+    return lambda devices: F.retract_facts(devices, container_id, [])
 
 
 def reasons(call) -> list[str]:
@@ -308,7 +308,7 @@ def reasons(call) -> list[str]:
 
 
 def test_a_failure_outlives_the_teardown_del_until_the_next_ready_add(state):
-    from dracni.state import records as R
+    from dracni.state import facts as F
 
     sink = RecordingSink()
     state.update_outbox(claim(1), add(fact("net1", ready=False)))
@@ -326,7 +326,7 @@ def test_a_failure_outlives_the_teardown_del_until_the_next_ready_add(state):
     # the next successful ADD of that device (another sandbox) replaces it, and its DEL
     # leaves nothing behind
     ready = dict(fact("net1", updated="2026-11-21T05:00:09Z"), containerID="beef")
-    state.update_outbox(claim(1), lambda devices: R.upsert_facts(devices, [ready]))
+    state.update_outbox(claim(1), lambda devices: F.upsert_facts(devices, [ready]))
     drain_outbox(state, sink, driver=DRIVER)
     assert [e["conditions"][0]["status"] for e in sink.calls[-1][2]] == ["True"]
     state.update_outbox(claim(1), retract("beef"))

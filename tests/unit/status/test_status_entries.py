@@ -507,7 +507,7 @@ def test_addresses_of_many_pods_stop_at_sixteen() -> None:
 
 
 def test_upsert_and_retract_keep_other_pods_attachments() -> None:
-    from dracni.state.records import retract_facts, upsert_facts
+    from dracni.state.facts import retract_facts, upsert_facts
 
     facts = upsert_facts([], [fact()])
     facts = upsert_facts(facts, [pod_b_fact()])
