@@ -15,7 +15,7 @@ from dracni.state import facts as F
 from dracni.state import records as R
 from dracni.state.store import StateDir
 from dracni.status.entries import status_devices
-from tests.unit.test_records import SHARE, attachment, stored
+from tests.unit.state.test_records import SHARE, attachment, stored
 
 
 @pytest.fixture(scope="module")
