@@ -7,9 +7,10 @@ device's health is its link's:
 - **Healthy**: the interface is in the node's namespace, administratively up, has carrier,
   and its operational state is ``up`` (or ``unknown``: drivers that keep no RFC 2863 state,
   e.g. dummy or tun, report that while they work; carrier and ``IFF_UP`` decide then);
-- **Unhealthy**: it is there but down: taken down, no carrier (cable, peer, switch port), or
-  an operational state of ``down``, ``lowerlayerdown``, ``dormant``, ``notpresent``,
-  ``testing``;
+- **Unhealthy**: it is there but cannot pass traffic (``links.link_problems``): taken down,
+  no carrier (cable, peer, switch port), or an RFC 2863 operational state of ``down``,
+  ``lowerlayerdown``, ``dormant``, ``notpresent`` or ``testing``.  The slice publisher taints
+  the NIC's devices ``link=down`` by the same predicate, so kubelet and the scheduler agree;
 - **Unknown**: it is not in the node's namespace.  Nothing can be said about it there: the
   link may be gone, or a pod may hold it (``host-device`` moves the whole NIC into the pod's
   namespace), and kubelet's Unknown means exactly "cannot be determined"
@@ -27,31 +28,40 @@ the stream re-sends the full list every ``RESEND_SECONDS``, but only while the l
 is alive: a wedged monitor lets kubelet decay the devices to Unknown instead of vouching for
 a stale view (the same rule as upstream's kubeletplugin helper, health.go).
 
-Link state comes from a netlink socket (``RTMGRP_LINK`` events plus a dump) opened in the
-node's namespace by ``LinkMonitor``.  It enters that namespace with ``setns(2)`` on its own
-thread and returns at once: the socket stays bound to the namespace it was made in, and
-nothing forks (pyroute2's ``NetNS`` forks, and a fork next to gRPC's threads is not safe).
-pyroute2 is used only to parse the messages.
+Link state comes from ``links.LinkDB``, the one watcher of the node's links: the service
+shares it with the slice publisher and the device lookup, and the reporter recomputes after
+every batch of netlink messages and every ``links.POLL_SECONDS`` (its change callback).  The
+database enters the node's namespace without a fork (see ``links``).
 
 Not on the CNI hot path: the service imports this.
 """
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import logging
-import os
-import select
-import socket
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from .links import ALIVE_SECONDS, DOWN_STATES, POLL_SECONDS, LinkDB, LinkState
 from .slices import Offer
+
+__all__ = [
+    "HEALTHY",
+    "UNHEALTHY",
+    "UNKNOWN",
+    "ALIVE_SECONDS",
+    "DOWN_STATES",
+    "POLL_SECONDS",
+    "LinkState",
+    "DeviceHealth",
+    "DeviceHealthReporter",
+    "DiscoveredOffers",
+    "HealthReport",
+    "device_health",
+    "link_health",
+]
 
 log = logging.getLogger(__name__)
 
@@ -63,39 +73,8 @@ UNKNOWN = "Unknown"
 RESEND_SECONDS = 10.0
 #: ``health_check_timeout_seconds`` sent with every device: kubelet's default, said explicitly.
 HEALTH_TIMEOUT_SECONDS = 30
-#: The monitor wakes at least this often (stop, a changed device list) and counts as alive
-#: while it has woken within ``ALIVE_SECONDS``.
-POLL_SECONDS = 0.5
-ALIVE_SECONDS = 5.0
 #: kubelet truncates longer messages (dra-health api.proto, DeviceHealth.message).
 MESSAGE_MAX = 1024
-
-# netlink (linux/netlink.h, linux/rtnetlink.h)
-_NETLINK_ROUTE = 0
-_RTMGRP_LINK = 1
-_RTM_NEWLINK = 16
-_RTM_DELLINK = 17
-_RTM_GETLINK = 18
-_NLMSG_ERROR = 2
-_NLM_F_REQUEST = 0x1
-_NLM_F_DUMP = 0x300
-_IFF_UP = 0x1
-_CLONE_NEWNET = 0x40000000
-_RCVBUF = 1 << 20
-
-#: Operational states (IFLA_OPERSTATE, RFC 2863) of a link that is not passing traffic.
-DOWN_STATES = frozenset({"down", "lowerlayerdown", "dormant", "notpresent", "testing"})
-
-
-@dataclass(frozen=True)
-class LinkState:
-    """What netlink says about one link of the node's namespace."""
-
-    name: str
-    index: int
-    admin_up: bool  # IFF_UP
-    oper_state: str  # IFLA_OPERSTATE, lowercased: up, down, lowerlayerdown, unknown, ...
-    carrier: bool | None  # IFLA_CARRIER; None when the kernel did not say
 
 
 @dataclass(frozen=True)
@@ -112,13 +91,7 @@ def link_health(name: str, link: LinkState | None) -> tuple[str, str]:
     """(health, message) of the interface ``name``, given its link (None: not in the namespace)."""
     if link is None:
         return UNKNOWN, f"interface {name} is not in the node's network namespace"
-    problems = []
-    if not link.admin_up:
-        problems.append("administratively down")
-    if link.carrier is False:
-        problems.append("no carrier")
-    if link.oper_state in DOWN_STATES:
-        problems.append(f"operational state {link.oper_state}")
+    problems = link.problems  # the predicate the slice taints use too (links.link_problems)
     if problems:
         return UNHEALTHY, f"interface {link.name}: " + ", ".join(problems)
     return HEALTHY, f"interface {link.name} is up"
@@ -143,208 +116,10 @@ def device_health(
     return sorted(out, key=lambda d: d.device)
 
 
-# -- netlink ----------------------------------------------------------------------------------
-
-
-def _libc_setns(fd: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.setns(fd, _CLONE_NEWNET) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"setns: {os.strerror(code)}")
-
-
-def open_link_socket(netns: str | None = None) -> socket.socket:
-    """A netlink route socket subscribed to link events, in ``netns`` (a path) or our own.
-
-    For another namespace the *calling thread* enters it, makes the socket and comes back;
-    if it cannot come back, it raises and the thread must not run anything else.
-    """
-    if netns is None:
-        return _link_socket()
-    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        target = os.open(netns, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            _libc_setns(target)
-        finally:
-            os.close(target)
-        try:
-            return _link_socket()
-        finally:
-            _libc_setns(own)
-    finally:
-        os.close(own)
-
-
-def _link_socket() -> socket.socket:
-    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, _NETLINK_ROUTE)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RCVBUF)
-        sock.bind((0, _RTMGRP_LINK))
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def _dump_request(seq: int) -> bytes:
-    # struct nlmsghdr + struct ifinfomsg (all zero: every family, every link)
-    return struct.pack("=IHHII", 32, _RTM_GETLINK, _NLM_F_REQUEST | _NLM_F_DUMP, seq, 0) + bytes(16)
-
-
-def _link_state(msg: Any) -> LinkState:
-    carrier = msg.get_attr("IFLA_CARRIER")
-    index = int(msg["index"])
-    return LinkState(
-        name=msg.get_attr("IFLA_IFNAME") or f"if{index}",
-        index=index,
-        admin_up=bool(msg["flags"] & _IFF_UP),
-        oper_state=str(msg.get_attr("IFLA_OPERSTATE") or "unknown").lower(),
-        carrier=None if carrier is None else bool(carrier),
-    )
-
-
-class LinkMonitor:
-    """The node namespace's links, kept current from netlink events on a thread of its own.
-
-    ``start()`` opens the socket and reads the first dump before it returns (so callers see
-    the links at once, and a namespace that cannot be entered fails the start); the thread
-    then follows events until ``stop()``.  ``on_change`` runs on that thread after every
-    batch of messages, and every ``POLL_SECONDS`` anyway.
-    """
-
-    def __init__(self, netns: str | None = None, on_change: Callable[[], None] | None = None) -> None:
-        self.netns = netns
-        self.on_change = on_change
-        self._lock = threading.Lock()
-        self._links: dict[int, LinkState] = {}
-        self._alive_at = 0.0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._sock: socket.socket | None = None
-        self._seq = 0
-        self._parser: Any = None
-
-    def links(self) -> dict[str, LinkState]:
-        """Interface name -> state."""
-        with self._lock:
-            return {link.name: link for link in self._links.values()}
-
-    def alive(self) -> bool:
-        """Whether the thread runs and has read netlink recently (its view is current)."""
-        thread = self._thread
-        return thread is not None and thread.is_alive() and time.monotonic() - self._alive_at < ALIVE_SECONDS
-
-    def start(self) -> None:
-        ready = threading.Event()
-        failure: list[BaseException] = []
-        self._thread = threading.Thread(target=self._run, args=(ready, failure), name="link-health", daemon=True)
-        self._thread.start()
-        ready.wait()
-        if failure:
-            self._thread.join()
-            self._thread = None
-            raise failure[0]
-
-    def stop(self, timeout: float = 1.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    # -- the thread ---------------------------------------------------------------------------
-    def _run(self, ready: threading.Event, failure: list[BaseException]) -> None:
-        try:
-            self._open()
-        except BaseException as exc:  # handed to start()'s caller
-            failure.append(exc)
-            ready.set()
-            return
-        ready.set()
-        try:
-            while not self._stop.is_set():
-                try:
-                    self._read(POLL_SECONDS)
-                except OSError as exc:
-                    if exc.errno != errno.ENOBUFS:
-                        raise
-                    log.warning("netlink link events overflowed; reading the links again")
-                    self._dump()
-                self._alive_at = time.monotonic()
-                if self.on_change is not None:
-                    self.on_change()
-        except Exception as exc:
-            log.error("link health monitor stopped: %s; kubelet will see the devices' health as Unknown", exc)
-        finally:
-            sock, self._sock = self._sock, None
-            if sock is not None:
-                sock.close()
-
-    def _open(self) -> None:
-        self._sock = open_link_socket(self.netns)
-        self._dump()
-        self._alive_at = time.monotonic()
-
-    def _dump(self) -> None:
-        """Ask for every link and read until the dump is done (events read meanwhile count too)."""
-        assert self._sock is not None
-        self._seq += 1
-        seq = self._seq
-        self._sock.send(_dump_request(seq))
-        fresh: dict[int, LinkState] = {}
-        while not self._stop.is_set():
-            if self._read(POLL_SECONDS, dump=(seq, fresh)):
-                break
-        with self._lock:
-            self._links = fresh
-
-    def _marshal(self) -> Any:
-        if self._parser is None:
-            import pyroute2  # noqa: F401  the package first: marshal alone is a circular import
-            from pyroute2.netlink.rtnl.marshal import MarshalRtnl
-
-            self._parser = MarshalRtnl()
-        return self._parser
-
-    def _read(self, timeout: float, dump: tuple[int, dict[int, LinkState]] | None = None) -> bool:
-        """Read what is there within ``timeout``; True once the dump ``dump`` is complete."""
-        assert self._sock is not None
-        readable, _, _ = select.select([self._sock], [], [], timeout)
-        if not readable:
-            return False
-        data = self._sock.recv(1 << 16)
-        done = False
-        for msg in self._marshal().parse(data):
-            kind = msg["header"]["type"]
-            seq = msg["header"]["sequence_number"]
-            if dump is not None and seq == dump[0]:
-                if kind == 3:  # NLMSG_DONE
-                    done = True
-                elif kind == _NLMSG_ERROR and msg["header"].get("error"):
-                    raise OSError(f"netlink link dump failed: {msg['header']['error']}")
-                elif kind == _RTM_NEWLINK:
-                    link = _link_state(msg)
-                    dump[1][link.index] = link
-                continue
-            if kind not in (_RTM_NEWLINK, _RTM_DELLINK):
-                continue
-            link = _link_state(msg)
-            with self._lock:
-                if kind == _RTM_DELLINK:
-                    self._links.pop(link.index, None)
-                else:
-                    self._links[link.index] = link
-            if dump is not None:  # an event during a dump: the dump's answer may predate it
-                if kind == _RTM_DELLINK:
-                    dump[1].pop(link.index, None)
-                else:
-                    dump[1][link.index] = link
-        return done
-
-
 class DiscoveredOffers:
     """Device name -> Offer for a service that publishes no slices: the node's eligible NICs,
-    discovered again only when the set of link names the monitor sees changes (a discovery
-    dumps netlink and reads sysfs; the monitor asks twice a second)."""
+    discovered again only when the set of link names the link database sees changes (a
+    discovery reads sysfs for every link; the reporter asks twice a second)."""
 
     def __init__(
         self,
@@ -378,8 +153,10 @@ class HealthReport:
 
 class DeviceHealthReporter:
     """Device health for the kubelet stream: the offered devices (``offered``, device name ->
-    Offer, e.g. the slice publisher's ``offered``) by the links ``LinkMonitor`` sees.  The
-    monitor's thread recomputes them after every netlink batch and every ``POLL_SECONDS``.
+    Offer, e.g. the slice publisher's ``offered``) by the links ``links`` (a ``LinkDB``) sees.
+    Its watcher thread recomputes them after every netlink batch and every ``POLL_SECONDS``.
+    Without ``links`` the reporter watches ``netns`` with a database of its own, started and
+    stopped with it; a shared one is the service's to start and stop (``monitor`` either way).
 
     ``watch()`` yields the full list first, again whenever a device's health changes, and
     again every ``resend_seconds`` while the monitor is alive; it ends at ``close()``.
@@ -391,8 +168,10 @@ class DeviceHealthReporter:
         pool: str,
         offered: Callable[[], Mapping[str, Offer]],
         netns: str | None = None,
+        links: LinkDB | None = None,
         ready: Callable[[], bool] | None = None,
         resend_seconds: float = RESEND_SECONDS,
+        on_unhealthy: Callable[[DeviceHealth], None] | None = None,
     ) -> None:
         self.pool = pool
         self.resend_seconds = resend_seconds
@@ -400,7 +179,8 @@ class DeviceHealthReporter:
         #: Streams send nothing before this is true (e.g. the slices are published), so their
         #: first message lists every device the node offers.
         self.ready = ready
-        self.monitor = LinkMonitor(netns, on_change=self.refresh)
+        self.monitor = links if links is not None else LinkDB(netns)
+        self._owns_monitor = links is None
         self._cond = threading.Condition()
         self._version = 0
         self._devices: tuple[DeviceHealth, ...] = ()
@@ -408,16 +188,24 @@ class DeviceHealthReporter:
         self._primed = False
         self._closed = False
         #: told of each device that turns Unhealthy (the service's Events), outside the lock
-        self.on_unhealthy: Callable[[DeviceHealth], None] | None = None
+        self.on_unhealthy = on_unhealthy
 
     def start(self) -> None:
-        """Open the netlink socket in the node's namespace (before any gRPC thread runs)."""
-        self.monitor.start()
+        """Follow the links (an own database opens its socket in the node's namespace here,
+        before any gRPC thread runs) and compute the first report."""
+        if self._owns_monitor:
+            self.monitor.start()
+        self.monitor.subscribe(self._on_links)
         self.refresh()
 
     def stop(self) -> None:
         self.close()
-        self.monitor.stop()
+        self.monitor.unsubscribe(self._on_links)
+        if self._owns_monitor:
+            self.monitor.stop()
+
+    def _on_links(self, changed: bool) -> None:
+        self.refresh()
 
     def close(self) -> None:
         """End every ``watch()``: their streams finish cleanly."""
@@ -439,7 +227,7 @@ class DeviceHealthReporter:
         except Exception as exc:  # the device list is someone else's: keep the last one
             log.warning("device list unavailable for health: %s", exc)
             return
-        links = self.monitor.links()
+        links = self.monitor.by_name()
         turned_unhealthy: list[DeviceHealth] = []
         with self._cond:
             for name, offer in offered.items():

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from ..policy.binding import DeviceFacts
+from .links import LinkDB
 from .nics import Nic, discover_nics
 from .sharing import Sharing
 from .slices import Offer, offers
@@ -22,7 +23,9 @@ class NodeDevices:
     takes every interface but loopback (clusterless manifests name interfaces freely).
     ``published`` is what the node last published (device name -> NIC, kept by the slice
     publisher, which updates it before it publishes): then that is the answer, and the node is
-    not looked at again (no netlink dump, no fork into ``netns``, on a gRPC thread).
+    not looked at again (no netlink dump on a gRPC thread).  Otherwise ``links`` (the service's
+    running ``LinkDB``) gives the node's links without a netlink call; without it, each lookup
+    dumps the links of ``netns`` once.
     The pool is not compared: a node publishes one pool, and clusterless pools are free names.
     """
 
@@ -33,8 +36,10 @@ class NodeDevices:
         offered: Callable[[Nic], bool] | None = None,
         published: Callable[[], Mapping[str, Offer]] | None = None,
         sharing: Sharing | None = None,
+        links: LinkDB | None = None,
     ) -> None:
         self.netns = netns
+        self.links = links
         self.offered = offered
         self.published = published
         self.sharing = sharing
@@ -44,7 +49,7 @@ class NodeDevices:
             offer = self.published().get(device)
             return _facts(offer) if offer is not None else None
         try:
-            nics = discover_nics(netns=self.netns)
+            nics = discover_nics(netns=self.netns, links=self.links)
         except OSError:
             return None
         chosen = [n for n in nics if (self.offered(n) if self.offered else not n.is_loopback)]

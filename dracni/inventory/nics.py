@@ -1,12 +1,13 @@
-"""Discover the node's network interfaces: netlink (pyroute2) for link facts, sysfs for hardware.
+"""The node's network interfaces: link facts from ``links`` (netlink), hardware facts from sysfs.
 
-``discover_nics()`` lists the links of a network namespace (the caller's, or the one at
-``netns``) and adds what sysfs knows about each: PCI address and root complex, NUMA node,
-SR-IOV role, link speed, kernel driver.  ``eligible()`` decides which of them dracni offers as
-devices in its ResourceSlices.
+``nics_from()`` turns the links of a namespace (``links.LinkDB``'s view or one dump) into
+``Nic`` records, adding what sysfs knows about each: PCI address and root complex, NUMA node,
+SR-IOV role, link speed, kernel driver.  ``discover_nics()`` is that for one namespace, the one
+place every reader (slice publisher, device lookup, health, ``dracni inventory``) gets NICs
+from.  ``eligible()`` decides which of them dracni offers as devices in its ResourceSlices.
 
-pyroute2 is imported here and only here (lazily, inside ``discover_nics``): the CNI plugin and
-the state code never pay for it.
+No netlink here: ``links`` owns the socket (pyroute2 only parses its messages, imported
+lazily there), so importing this module costs the CNI plugin and the state code nothing.
 
 sysfs and network namespaces: ``/sys/class/net`` lists the links of the namespace that mounted
 that sysfs, not those of the process or of ``netns``.  A ``class/net/<name>`` entry is used only
@@ -22,23 +23,24 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from .links import LinkDB, LinkState, link_problems
 
 __all__ = [
     "Nic",
     "HardwareFacts",
-    "LINK_DOWN_STATES",
     "DEFAULT_EXCLUDED_KINDS",
     "discover_nics",
+    "nics_from",
     "hardware_facts",
     "eligible",
     "default_exclusion_reason",
 ]
 
 ARPHRD_LOOPBACK = 772
-#: IFLA_OPERSTATE values (lowercased) of a link that cannot carry traffic.
-LINK_DOWN_STATES = frozenset({"down", "lowerlayerdown", "notpresent"})
 
 # A PCI function address in sysfs form, "<domain>:<bus>:<device>.<function>" (the domain may be
 # wider than four hex digits on some platforms).
@@ -126,10 +128,10 @@ class Nic(HardwareFacts, _Link):
 
     @property
     def link_down(self) -> bool:
-        """The link cannot carry traffic: its operational state says down (RFC 2863: ``down``,
-        ``lowerlayerdown``, ``notpresent``) or it has no carrier.  ``unknown`` (links that do
-        not report a state, e.g. dummies) with a carrier counts as up."""
-        return self.oper_state in LINK_DOWN_STATES or self.carrier is False
+        """The link cannot carry traffic (``links.link_problems``, the predicate device health
+        uses too): an operational state in ``links.DOWN_STATES`` or no carrier.  ``unknown``
+        (links that do not report a state, e.g. dummies) with a carrier counts as up."""
+        return bool(link_problems(self.oper_state, self.carrier))
 
 
 # -- sysfs ----------------------------------------------------------------------------------------
@@ -262,89 +264,59 @@ def hardware_facts(
     return HardwareFacts(**facts)
 
 
-# -- netlink --------------------------------------------------------------------------------------
+# -- netlink facts + sysfs facts -------------------------------------------------------------------
 
 
-def _alt_names(msg: Any) -> tuple[str, ...]:
-    props = msg.get_attr("IFLA_PROP_LIST")
-    if props is None:
-        return ()
-    try:
-        return tuple(props.get_attrs("IFLA_ALT_IFNAME"))
-    except (AttributeError, KeyError, TypeError):
-        return ()
-
-
-def _carrier(value: Any) -> bool | None:
-    return None if value is None else bool(value)
-
-
-def _open_rtnl(netns: str | None) -> Any:
-    from pyroute2 import IPRoute, NetNS
-
-    if netns is None:
-        return IPRoute()
-    # flags=0: never create the namespace (the default O_CREAT silently makes an empty one).
-    return NetNS(netns, flags=0)
-
-
-def discover_nics(*, netns: str | None = None, sysfs_root: str = "/sys") -> list[Nic]:
-    """Every link of the namespace (the caller's, or the one at path ``netns``), sorted by index.
-
-    Raises OSError (FileNotFoundError for a missing ``netns``) when the namespace cannot be
-    opened; pyroute2's NetlinkError passes through for netlink failures.
-    """
-    from pyroute2.netlink.exceptions import NetlinkError
-
-    if netns is not None and not os.path.exists(netns):
-        raise FileNotFoundError(2, "network namespace not found", netns)
-    try:
-        rtnl = _open_rtnl(netns)
-    except NetlinkError as exc:
-        raise OSError(exc.code or 0, f"cannot open network namespace {netns}: {exc}") from exc
-    try:
-        links = list(rtnl.get_links())
-    finally:
-        rtnl.close()
-
-    names = {msg["index"]: msg.get_attr("IFLA_IFNAME") for msg in links}
+def nics_from(links: Iterable[LinkState], sysfs_root: str = "/sys") -> list[Nic]:
+    """The NICs of ``links`` (one namespace's, from ``links.LinkDB``), with their hardware
+    facts from the sysfs tree at ``sysfs_root``, sorted by index."""
+    links = list(links)
+    names = {link.index: link.name for link in links}
     nics: list[Nic] = []
-    for msg in links:
-        index = msg["index"]
-        name = msg.get_attr("IFLA_IFNAME") or f"if{index}"
-        mac = msg.get_attr("IFLA_ADDRESS") or ""
-        kind = msg.get_nested("IFLA_LINKINFO", "IFLA_INFO_KIND") or ""
-        master_index = msg.get_attr("IFLA_MASTER")
-        link_type = msg["ifi_type"]
+    for link in links:
         hw = hardware_facts(
-            name,
+            link.name,
             sysfs_root,
-            ifindex=index,
-            mac=mac,
-            parent_dev=msg.get_attr("IFLA_PARENT_DEV_NAME"),
-            parent_bus=msg.get_attr("IFLA_PARENT_DEV_BUS_NAME"),
+            ifindex=link.index,
+            mac=link.mac,
+            parent_dev=link.parent_dev,
+            parent_bus=link.parent_bus,
         )
         facts = asdict(hw)
         if hw.virtual is None:  # no usable sysfs entry: a link kind or loopback says virtual, else False
-            facts["virtual"] = bool(kind) or link_type == ARPHRD_LOOPBACK
+            facts["virtual"] = bool(link.kind) or link.link_type == ARPHRD_LOOPBACK
         nics.append(
             Nic(
-                name=name,
-                index=index,
-                mac=mac,
-                mtu=msg.get_attr("IFLA_MTU") or 0,
-                kind=kind,
-                oper_state=(msg.get_attr("IFLA_OPERSTATE") or "unknown").lower(),
-                admin_up=bool(msg["flags"] & 1),
-                carrier=_carrier(msg.get_attr("IFLA_CARRIER")),
-                link_type=link_type,
-                master=names.get(master_index) if master_index else None,
-                alt_names=_alt_names(msg),
+                name=link.name,
+                index=link.index,
+                mac=link.mac,
+                mtu=link.mtu,
+                kind=link.kind,
+                oper_state=link.oper_state,
+                admin_up=link.admin_up,
+                carrier=link.carrier,
+                link_type=link.link_type,
+                master=names.get(link.master_index) if link.master_index else None,
+                alt_names=link.alt_names,
                 **facts,
             )
         )
     nics.sort(key=lambda n: n.index)
     return nics
+
+
+def discover_nics(*, netns: str | None = None, sysfs_root: str = "/sys", links: LinkDB | None = None) -> list[Nic]:
+    """Every link of the namespace (the caller's, or the one at path ``netns``), sorted by index:
+    the view of ``links`` (a running ``LinkDB``: no netlink call), or one netlink dump.
+
+    Raises OSError (FileNotFoundError for a missing ``netns``) when the namespace cannot be
+    entered or the dump fails.
+    """
+    if links is None:
+        if netns is not None and not os.path.exists(netns):
+            raise FileNotFoundError(2, "network namespace not found", netns)
+        links = LinkDB(netns)
+    return nics_from(links.snapshot(), sysfs_root)
 
 
 # -- eligibility ----------------------------------------------------------------------------------

@@ -16,8 +16,9 @@ and it writes again only when what it wants changes or the stored slice is no lo
 server's answer to it.  When the server drops ``allowMultipleAllocations`` the publisher offers
 shared NICs as slots from then on (``_dropped_sharing``), once.
 
-Link state (KEP-5055 device taints): a NIC whose link is down (oper state down, no carrier)
-gets a ``<driver>/link=down`` taint on its devices, and a NIC that vanished from the node stays
+Link state (KEP-5055 device taints): a NIC whose link is down (``links.link_problems``, the
+predicate kubelet's device health uses too: an RFC 2863 state that passes no traffic, or no
+carrier) gets a ``<driver>/link=down`` taint on its devices, and a NIC that vanished from the node stays
 published with ``<driver>/link=gone`` while the service runs, so a claim allocated to it shows
 why it cannot work; both go when the link is back.  The effect is the service's
 ``--link-down-taint-effect`` (NoSchedule by default; None: no taint).  The link state is not a
@@ -27,20 +28,20 @@ slice attribute, so a flapping link rewrites the slice only when its taint comes
 from __future__ import annotations
 
 import logging
-import os
-import socket
-import struct
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from .. import metrics
 from ..apirules.validation import SLICE_MAX_DEVICES, SLICE_MAX_DEVICES_WITH_TAINTS
 from ..clock import now_rfc3339
 from ..kube.api import ApiError, KubeApi
+from .links import LinkDB
 from .nics import Nic, discover_nics, eligible
 from .sharing import Sharing
+from .slicecache import SliceCache
+from .slicecache import resource_version as _rv
 from .slices import (
     LINK_DOWN,
     LINK_GONE,
@@ -58,65 +59,9 @@ log = logging.getLogger(__name__)
 
 RESYNC_SECONDS = 60.0
 WATCH_TIMEOUT = 300
-LINK_POLL_SECONDS = 1.0
-_NLMSGHDR = struct.Struct("=LHHLL")  # struct nlmsghdr: len, type, flags, seq, pid
-_RTM_NEWLINK, _RTM_DELLINK = 16, 17  # linux/rtnetlink.h
 #: ``--link-down-taint-effect`` values: a device taint effect, or no taint at all.
 NO_TAINT = "None"
 LINK_TAINT_EFFECTS = (*TAINT_EFFECTS, NO_TAINT)
-
-
-def _rv(obj: dict[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
-
-
-def _older(candidate: str, current: str) -> bool:
-    """Whether resourceVersion ``candidate`` is older than ``current``.  Resource versions are
-    opaque, but every Kubernetes storage makes them increasing integers; anything else counts
-    as not older."""
-    try:
-        return int(candidate) < int(current)
-    except ValueError:
-        return False
-
-
-class SliceCache:
-    """This node's slices of this driver as the API server last told us: name -> object.
-
-    Filled by LIST and WATCH (``SlicePublisher._watch_slices``) and by the answers to our own
-    writes (write-through, so a reconcile right after a write compares with what was written,
-    not with a watch event still on its way).  An event older than what is held is ignored.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._objects: dict[str, dict[str, Any]] = {}
-        self.synced = threading.Event()
-        self.resource_version = ""
-
-    def replace(self, items: Iterable[dict[str, Any]], resource_version: str) -> None:
-        with self._lock:
-            self._objects = {o["metadata"]["name"]: o for o in items}
-            self.resource_version = resource_version
-        self.synced.set()
-
-    def put(self, obj: dict[str, Any]) -> bool:
-        """Store ``obj`` unless an object newer than it is held; whether it was stored."""
-        name = obj["metadata"]["name"]
-        with self._lock:
-            held = self._objects.get(name)
-            if held is not None and _older(_rv(obj), _rv(held)):
-                return False
-            self._objects[name] = obj
-            return True
-
-    def remove(self, name: str) -> None:
-        with self._lock:
-            self._objects.pop(name, None)
-
-    def snapshot(self) -> dict[str, dict[str, Any]]:
-        with self._lock:
-            return dict(self._objects)
 
 
 class SlicePublisher:
@@ -134,6 +79,7 @@ class SlicePublisher:
         link_taint_effect: str = "NoSchedule",
         watch_timeout: int = WATCH_TIMEOUT,
         in_use: Callable[[], Collection[str]] | None = None,
+        links: LinkDB | None = None,
     ) -> None:
         if link_taint_effect not in LINK_TAINT_EFFECTS:
             raise ValueError(f"link taint effect {link_taint_effect!r}: one of {', '.join(LINK_TAINT_EFFECTS)}")
@@ -144,6 +90,10 @@ class SlicePublisher:
         self.exclude = exclude
         self.netns = netns
         self.sysfs_root = sysfs_root
+        #: the node's links (a shared database the service starts; else one of our own, which
+        #: ``run`` starts and stops)
+        self.links = links if links is not None else LinkDB(netns)
+        self._owns_links = links is None
         self.selector = f"spec.nodeName={node},spec.driver={driver}"
         self.generation = 0
         self.published = threading.Event()
@@ -173,7 +123,7 @@ class SlicePublisher:
     def _nics(self, existing: dict[str, dict[str, Any]]) -> tuple[list[Nic], dict[str, list[dict[str, str]]]]:
         """The NICs to publish (the eligible ones, plus the vanished ones still remembered) and
         their link taints."""
-        links = discover_nics(netns=self.netns, sysfs_root=self.sysfs_root)
+        links = discover_nics(links=self.links, sysfs_root=self.sysfs_root)
         present = {n.name for n in links}
         nics = [n for n in links if eligible(n, self.include, self.exclude)]
         for nic in nics:
@@ -316,7 +266,28 @@ class SlicePublisher:
     # -- loops -----------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
         threading.Thread(target=self._watch_slices, args=(stop,), name="slice-watch", daemon=True).start()
-        threading.Thread(target=self._watch_links, args=(stop,), name="netlink-watch", daemon=True).start()
+        self._follow_links()
+        try:
+            self._loop(stop)
+        finally:
+            self.links.unsubscribe(self._on_links)
+            if self._owns_links:
+                self.links.stop()
+
+    def _follow_links(self) -> None:
+        """Link events (added, changed, removed) -> reconcile."""
+        if self._owns_links:
+            try:
+                self.links.start()
+            except OSError as exc:
+                log.warning("netlink link watch failed: %s (slices still resync every %ss)", exc, RESYNC_SECONDS)
+        self.links.subscribe(self._on_links)
+
+    def _on_links(self, changed: bool) -> None:
+        if changed:
+            self._dirty.set()
+
+    def _loop(self, stop: threading.Event) -> None:
         backoff = 0.5
         while not stop.is_set():
             if not self.cache.synced.is_set():  # the first LIST has not answered yet
@@ -379,54 +350,6 @@ class SlicePublisher:
             self._own_rvs.discard(rv)
             return
         self._dirty.set()
-
-    def _watch_links(self, stop: threading.Event) -> None:
-        """Link events (added, changed, removed) -> reconcile.
-
-        pyroute2 opens and subscribes the netlink socket (in ``netns``, which takes a fork); the
-        socket is then read here directly, polled with a timeout, so the thread ends with the
-        service and no message waits in a library's queue while the socket looks idle.
-        """
-        import select
-
-        from pyroute2 import IPRoute, NetNS
-
-        try:
-            ipr = NetNS(self.netns, flags=0) if self.netns else IPRoute()
-            try:
-                ipr.bind()
-                sock = socket.socket(fileno=os.dup(ipr.fileno()))
-            finally:
-                ipr.close()
-        except Exception as exc:
-            log.warning("netlink link watch failed: %s (slices still resync every %ss)", exc, RESYNC_SECONDS)
-            return
-        with sock:
-            sock.setblocking(False)
-            while not stop.is_set():
-                readable, _, _ = select.select([sock], [], [], LINK_POLL_SECONDS)
-                if readable and _link_events(sock):
-                    self._dirty.set()
-
-
-def _link_events(sock: socket.socket) -> bool:
-    """Drain the netlink socket; whether a link was added, changed or removed."""
-    found = False
-    while True:
-        try:
-            data = sock.recv(65536)
-        except BlockingIOError:
-            return found
-        except OSError as exc:  # ENOBUFS: events were lost; reconcile anyway
-            log.debug("netlink: %s", exc)
-            return True
-        offset = 0
-        while offset + _NLMSGHDR.size <= len(data):
-            length, kind = _NLMSGHDR.unpack_from(data, offset)[:2]
-            found = found or kind in (_RTM_NEWLINK, _RTM_DELLINK)
-            if length < _NLMSGHDR.size:
-                break
-            offset += (length + 3) & ~3  # NLMSG_ALIGN
 
 
 def _published_taint_times(existing: dict[str, dict[str, Any]], driver: str) -> dict[tuple[str, str, str], str]:

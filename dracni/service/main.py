@@ -21,6 +21,7 @@ from . import signals
 
 if TYPE_CHECKING:
     from ..claims.prepare import PrepareOutcome
+    from ..inventory.links import LinkDB
     from ..kubelet.helper import ClaimRef
     from ..state.records import StatusOutbox
     from ..status.drain import Notes
@@ -59,6 +60,7 @@ class Service:
     def __init__(self, opts: ServiceOptions) -> None:
         from ..claims.api_source import ApiClaimSource
         from ..inventory.health import DeviceHealthReporter, DiscoveredOffers
+        from ..inventory.links import LinkDB
         from ..inventory.lookup import NodeDevices
         from ..inventory.nics import eligible
         from ..inventory.publisher import SlicePublisher
@@ -82,19 +84,58 @@ class Service:
         self.recorder = EventRecorder(self.api, controller=opts.driver, instance=f"{opts.driver}-{opts.node}")
         self.events = ServiceEvents(self.recorder)
         self.claims = ApiClaimSource(self.api)  # a GET per claim kubelet names: no cluster-wide watch
+        # The node's links, in dependency order: one netlink watcher (links) -> the slices it
+        # publishes -> the device lookup and the device health that read both.
+        self.links = LinkDB(opts.netns)
+        self.slices = (
+            SlicePublisher(
+                self.api,
+                driver=opts.driver,
+                node=opts.node,
+                include=opts.nic_include or None,
+                exclude=opts.nic_exclude or None,
+                netns=opts.netns,
+                sharing=opts.sharing,
+                link_taint_effect=opts.link_taint_effect,
+                in_use=self._claimed_devices,
+                links=self.links,
+            )
+            if opts.publish_slices
+            else None
+        )
+        self.devices = NodeDevices(
+            netns=opts.netns,
+            offered=lambda nic: eligible(nic, opts.nic_include or None, opts.nic_exclude or None),
+            published=self.slices.offered if self.slices is not None else None,
+            sharing=opts.sharing,
+            links=self.links,
+        )
+        # Device health (kubelet's health stream) covers the devices the node publishes.
+        self.device_health = DeviceHealthReporter(
+            pool=opts.node,
+            offered=(
+                self.slices.offered
+                if self.slices is not None
+                else DiscoveredOffers(
+                    lambda: frozenset(self.links.by_name()),
+                    lambda: _discovered_offers(opts, self.links),
+                )
+            ),
+            links=self.links,
+            ready=self.slices.published.is_set if self.slices is not None else None,
+            on_unhealthy=lambda device: self.events.unhealthy(self.state, device),
+        )
         self.helper = KubeletPluginHelper(
             state=self.state,
             claims=self.claims,
             driver=opts.driver,
             node=opts.node,
             policy=opts.policy,
-            devices=None,  # set below, once the slice publisher exists
+            devices=self.devices,
             ipamclaims=self.api.get_ipamclaim,
         )
         #: pods that join a claim kubelet already prepared here (it prepares a claim only once)
         self.shared_claims = SharedClaimPods(self.api, self.state, opts.node, self.helper.prepare)
-        self.device_health = DeviceHealthReporter(pool=opts.node, offered=lambda: {}, netns=opts.netns)
-        self.device_health.on_unhealthy = lambda device: self.events.unhealthy(self.state, device)
         self.grpc = DRAPluginServer(
             driver=opts.driver,
             plugins_dir=opts.plugins_dir,
@@ -110,38 +151,6 @@ class Service:
             return ipamclaims.sync(record)
 
         self.status = StatusPublisher(self.state, ApiStatusSink(self.api), opts.driver, annotate=annotate)
-        self.slices = (
-            SlicePublisher(
-                self.api,
-                driver=opts.driver,
-                node=opts.node,
-                include=opts.nic_include or None,
-                exclude=opts.nic_exclude or None,
-                netns=opts.netns,
-                sharing=opts.sharing,
-                link_taint_effect=opts.link_taint_effect,
-                in_use=self._claimed_devices,
-            )
-            if opts.publish_slices
-            else None
-        )
-        self.helper.devices = NodeDevices(
-            netns=opts.netns,
-            offered=lambda nic: eligible(nic, opts.nic_include or None, opts.nic_exclude or None),
-            published=self.slices.offered if self.slices is not None else None,
-            sharing=opts.sharing,
-        )
-        # Device health (kubelet's health stream) covers the devices the node publishes.
-        if self.slices is not None:
-            self.device_health.ready = self.slices.published.is_set
-        self.device_health.offered = (
-            self.slices.offered
-            if self.slices is not None
-            else DiscoveredOffers(
-                lambda: frozenset(self.device_health.monitor.links()),
-                lambda: _discovered_offers(opts),
-            )
-        )
         self.health = HealthServer(opts.health_address, self.ready) if opts.health_address else None
         self._threads: list[threading.Thread] = []
         self._stops: list[Callable[[], None]] = []  # undo what start() did, newest last
@@ -170,6 +179,13 @@ class Service:
         if self.health:
             self.health.start()
             self._stops.append(self.health.stop)
+        # The link database enters the node's netns (setns on a thread of its own, no fork)
+        # and reads its first dump before any gRPC thread exists and before the slices loop.
+        try:
+            self.links.start()
+        except OSError as exc:  # health is optional: prepare must work without it
+            log.error("cannot watch the NICs' links (%s): kubelet will see their health as Unknown", exc)
+        self._stops.append(self.links.stop)
         loops = [
             ("status-publisher", self.status.run),
             ("shared-claim-pods", self.shared_claims.run),
@@ -182,13 +198,10 @@ class Service:
             thread.start()
             self._threads.append(thread)
         self._stops.append(self.helper.close)  # after the gRPC servers have stopped
-        # The link monitor enters the node's netns with setns on its own thread, before any
-        # gRPC thread exists; its streams end (cleanly) before the gRPC server stops.
-        try:
+        # Health follows the link database (when it could start); its streams end (cleanly)
+        # before the gRPC server stops.
+        if self.links.running():
             self.device_health.start()
-        except OSError as exc:  # health is optional: prepare must work without it
-            log.error("cannot watch the NICs' links (%s): kubelet will see their health as Unknown", exc)
-        self._stops.append(self.device_health.monitor.stop)
         self.grpc.start()  # the DRA socket listens before the registration socket appears
         self._stops.append(lambda: self.grpc.stop(GRPC_GRACE_SECONDS))
         self._stops.append(self.device_health.close)
@@ -221,11 +234,11 @@ class Service:
             self.stop()
 
 
-def _discovered_offers(opts: ServiceOptions) -> dict[str, Any]:
+def _discovered_offers(opts: ServiceOptions, links: LinkDB) -> dict[str, Any]:
     """The devices the node would publish (``--no-publish-slices``): its eligible NICs."""
     from ..inventory.nics import discover_nics, eligible
     from ..inventory.slices import offers
 
     include, exclude = opts.nic_include or None, opts.nic_exclude or None
-    nics = [n for n in discover_nics(netns=opts.netns) if eligible(n, include, exclude)]
+    nics = [n for n in discover_nics(links=links) if eligible(n, include, exclude)]
     return {o.name: o for o in offers(nics, opts.sharing)}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from dracni.inventory import nics as nics_mod
+from dracni.inventory import links as links_mod
 from dracni.inventory.nics import DEFAULT_EXCLUDED_KINDS, HardwareFacts, Nic, discover_nics, eligible, hardware_facts
 from tests.harness import NETNS_RUN, Netns, ip
 
@@ -190,10 +190,10 @@ def test_missing_netns_raises_and_is_not_created(tmp_path):
 
 @needs_netns
 def test_flags_zero_never_creates_a_netns():
-    """Past discover_nics' existence check, pyroute2 itself is asked not to create (flags=0)."""
+    """Past discover_nics' existence check, the namespace is opened, never created (O_RDONLY)."""
     path = str(NETNS_RUN / f"dracni-nics-absent2-{os.getpid()}")
     with pytest.raises(OSError):
-        nics_mod._open_rtnl(path)
+        links_mod.open_route_socket(path)
     assert not os.path.lexists(path)
 
 
