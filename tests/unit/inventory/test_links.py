@@ -14,7 +14,7 @@ from dracni.inventory.health import HEALTHY, UNHEALTHY, link_health
 from dracni.inventory.links import DOWN_STATES, LinkDB, LinkState, dump_links, link_problems, open_route_socket
 from dracni.inventory.nics import Nic, discover_nics
 from tests.harness import NETNS_RUN, ip, node_netns
-from tests.unit.test_nics import needs_netns
+from tests.unit.inventory.test_nics import needs_netns
 
 FORKS: list[int] = []
 os.register_at_fork(before=lambda: FORKS.append(1))
