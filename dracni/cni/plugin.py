@@ -13,7 +13,7 @@ from ..state import facts
 from ..state import records as R
 from . import errors as E
 from .conflist import add_chain, build_chain, check_chain, del_chain
-from .delegate import RuntimeConf
+from .delegate import DelegateRunner, RuntimeConf
 from .errors import CNIError
 from .log import log
 from .plan import PlannedDevice, plan
@@ -23,7 +23,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ..state.records import JSON, AttachedDevice, Attachment, Delegate
     from ..state.store import BadRecord, StateDir
-    from .delegate import DelegateRunner
     from .request import Request
 
 
