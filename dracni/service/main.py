@@ -20,8 +20,6 @@ from ..policy.config import TenantPolicy
 from . import signals
 
 if TYPE_CHECKING:
-    from ..claims.prepare import PrepareOutcome
-    from ..kubelet.helper import ClaimRef
     from ..state.records import StatusOutbox
     from ..status.drain import Notes
 
@@ -58,6 +56,8 @@ class Service:
 
     def __init__(self, opts: ServiceOptions) -> None:
         from ..claims.api_source import ApiClaimSource
+        from ..claims.driver import network_plugin
+        from ..claims.shared_claims import SharedClaimPods
         from ..inventory.health import DeviceHealthReporter, DiscoveredOffers
         from ..inventory.lookup import NodeDevices
         from ..inventory.nics import eligible
@@ -66,12 +66,11 @@ class Service:
         from ..kube.events import EventRecorder
         from ..kube.ipamclaims import IpamClaimWriter
         from ..kube.status_sink import ApiStatusSink
-        from ..kubelet.helper import KubeletPluginHelper
         from ..kubelet.server import DRAPluginServer
-        from ..kubelet.shared_claims import SharedClaimPods
         from ..state.store import StateDir
         from .events import ServiceEvents
-        from .health_server import HealthServer, observed_prepare, observed_unprepare
+        from .health_server import HealthServer
+        from .observer import ServiceObserver
         from .status_publisher import StatusPublisher
 
         self.opts = opts
@@ -82,7 +81,9 @@ class Service:
         self.recorder = EventRecorder(self.api, controller=opts.driver, instance=f"{opts.driver}-{opts.node}")
         self.events = ServiceEvents(self.recorder)
         self.claims = ApiClaimSource(self.api)  # a GET per claim kubelet names: no cluster-wide watch
-        self.helper = KubeletPluginHelper(
+        #: kubelet's calls go through the generic helper to dracni's network driver; the
+        #: observer counts them and puts a Warning Event on each claim that failed to prepare
+        self.helper, self.network = network_plugin(
             state=self.state,
             claims=self.claims,
             driver=opts.driver,
@@ -90,17 +91,21 @@ class Service:
             policy=opts.policy,
             devices=None,  # set below, once the slice publisher exists
             ipamclaims=self.api.get_ipamclaim,
+            observer=ServiceObserver(self.events),
         )
-        #: pods that join a claim kubelet already prepared here (it prepares a claim only once)
-        self.shared_claims = SharedClaimPods(self.api, self.state, opts.node, self.helper.prepare)
+        #: pods that join a claim kubelet already prepared here (it prepares a claim only once);
+        #: they log their own failures and are not kubelet calls, so no metrics nor Events
+        self.shared_claims = SharedClaimPods(
+            self.api, self.state, opts.node, lambda refs: self.helper.prepare(refs, report=False)
+        )
         self.device_health = DeviceHealthReporter(pool=opts.node, offered=lambda: {}, netns=opts.netns)
         self.device_health.on_unhealthy = lambda device: self.events.unhealthy(self.state, device)
         self.grpc = DRAPluginServer(
             driver=opts.driver,
             plugins_dir=opts.plugins_dir,
             registry_dir=opts.registry_dir,
-            prepare=observed_prepare(self._prepare),
-            unprepare=observed_unprepare(self.helper.unprepare),
+            prepare=self.helper.prepare,
+            unprepare=self.helper.unprepare,
             health=self.device_health,
         )
         ipamclaims = IpamClaimWriter(self.api, on_problem=self.events.ipamclaim_problem)
@@ -125,7 +130,7 @@ class Service:
             if opts.publish_slices
             else None
         )
-        self.helper.devices = NodeDevices(
+        self.network.devices = NodeDevices(
             netns=opts.netns,
             offered=lambda nic: eligible(nic, opts.nic_include or None, opts.nic_exclude or None),
             published=self.slices.offered if self.slices is not None else None,
@@ -145,12 +150,6 @@ class Service:
         self.health = HealthServer(opts.health_address, self.ready) if opts.health_address else None
         self._threads: list[threading.Thread] = []
         self._stops: list[Callable[[], None]] = []  # undo what start() did, newest last
-
-    def _prepare(self, refs: list[ClaimRef]) -> dict[str, PrepareOutcome]:
-        """kubelet's prepare; a claim that failed gets a Warning Event."""
-        results = self.helper.prepare(refs)
-        self.events.prepare_failures(refs, results)
-        return results
 
     def _claimed_devices(self) -> set[str]:
         """Device names the prepared claims in the state dir hold (the slice publisher asks
