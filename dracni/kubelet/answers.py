@@ -49,7 +49,7 @@ def split_valid(claims: list[ClaimRef]) -> tuple[list[ClaimRef], dict[str, str]]
         if problem is None:
             valid.append(claim)
         else:
-            errors[claim.uid] = f"{problem} (claim {claim.namespace}/{claim.name})"
+            errors[claim.uid] = f"{problem} (claim {_name(claim)})" if claim.name else problem
     return valid, errors
 
 
