@@ -2,9 +2,9 @@
 
 The helper (``kubelet/helper.py``) calls its observer once per NodePrepareResources /
 NodeUnprepareResources, with every claim's answer; the service counts the claims by result
-(``dracni_prepare_claims_total``, ``dracni_unprepare_claims_total``) and times the calls
-(``dracni/metrics.py``) and puts a
-``PrepareFailed`` Warning Event on each claim that failed to prepare (``service/events.py``).
+(``dracni_prepare_claims_total``, ``dracni_unprepare_claims_total``), times the calls
+(``dracni/metrics.py``) and puts a ``PrepareFailed`` Warning Event on each claim that failed
+to prepare (``service/events.py``).
 Logging each failure is the helper's job, not this one's.
 """
 
