@@ -9,12 +9,8 @@ started, and a cached copy could still name the previous pod.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..kube.api import KubeApi
-
-#: A ResourceClaim as the API serves it (camelCase JSON).
-Claim = dict[str, Any]
+from ..kubelet.driver import Claim
 
 
 class ApiClaimSource:
@@ -24,11 +20,7 @@ class ApiClaimSource:
         self.api = api
         self.reads = 0
 
-    def get(self, namespace: str, name: str, known_pods: set[str] | None = None) -> Claim | None:
-        """The claim as the API server has it now (None: not found); ``known_pods`` unused."""
+    def get(self, namespace: str, name: str) -> Claim | None:
+        """The claim as the API server has it now (None: not found)."""
         self.reads += 1
         return self.api.get_claim(namespace, name)
-
-    def path_of(self, namespace: str, name: str) -> str | None:
-        """Claims from the API server come from no file."""
-        return None

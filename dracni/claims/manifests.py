@@ -74,8 +74,8 @@ class ManifestClaimSource:
         """Every claim, in file-name then document order."""
         return [claim for claim, _ in self._load()]
 
-    def get(self, namespace: str, name: str, known_pods: set[str] | None = None) -> dict[str, Any] | None:
-        """The claim (``known_pods`` does not matter: the files are read every time)."""
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The claim as the files hold it now (they are read every time); None: not found."""
         for claim, _ in self._load():
             meta = claim["metadata"]
             if meta["namespace"] == namespace and meta["name"] == name:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dracni.claims.resolve import ClaimError, resolve_claim
 from dracni.claims.sticky import IpamClaimGetter, pin_addresses
+from dracni.kubelet.driver import PrepareResult
 from dracni.state.store import StateDir, StateError
 
 if TYPE_CHECKING:
@@ -29,19 +30,11 @@ _VOLATILE = ("preparedAt", "schema")
 
 
 @dataclass
-class PrepareOutcome:
-    """Per-claim answer: the prepared devices (``{request, pool, device, shareID}``) or an error."""
-
-    devices: list[dict[str, Any]] = field(default_factory=list)
-    error: str | None = None
-
-
-@dataclass
 class Resolved:
     """One claim resolved for this node: its outcome, and the record to store when it succeeded."""
 
     key: str
-    outcome: PrepareOutcome
+    outcome: PrepareResult
     record: PreparedClaim | None = None
 
 
@@ -78,14 +71,14 @@ def resolve_for_node(
         )
         pin_addresses(claim, record, driver=driver, ipamclaims=ipamclaims)
     except ClaimError as exc:
-        return Resolved(key, PrepareOutcome(error=str(exc)))
+        return Resolved(key, PrepareResult(error=str(exc)))
     except Exception as exc:  # a bug must not fail the other claims of the call
         log.exception("preparing claim %s failed", key)
-        return Resolved(key, PrepareOutcome(error=f"internal error: {type(exc).__name__}: {exc}"))
-    return Resolved(key, PrepareOutcome(devices=[_device_key(d) for d in record["devices"]]), record)
+        return Resolved(key, PrepareResult(error=f"internal error: {type(exc).__name__}: {exc}"))
+    return Resolved(key, PrepareResult(devices=[_device_key(d) for d in record["devices"]]), record)
 
 
-def store_prepared(state: StateDir, resolved: list[Resolved]) -> dict[str, PrepareOutcome]:
+def store_prepared(state: StateDir, resolved: list[Resolved]) -> dict[str, PrepareResult]:
     """Store the records of the resolved claims in one lock hold; claim key -> outcome.
 
     Re-preparing an unchanged claim leaves its record untouched (``preparedAt`` included).
@@ -100,7 +93,7 @@ def store_prepared(state: StateDir, resolved: list[Resolved]) -> dict[str, Prepa
             state.put_claims(changed)
     except StateError as exc:
         for record in records:
-            outcomes[record["uid"]] = PrepareOutcome(error=f"cannot record the prepared claim: {exc}")
+            outcomes[record["uid"]] = PrepareResult(error=f"cannot record the prepared claim: {exc}")
     return outcomes
 
 
@@ -114,7 +107,7 @@ def prepare_claims(
     devices: DeviceLookup | None = None,
     sources: dict[str, str | None] | None = None,
     ipamclaims: IpamClaimGetter | None = None,
-) -> dict[str, PrepareOutcome]:
+) -> dict[str, PrepareResult]:
     """Resolve each claim (``resolve_for_node``) and store the records (``store_prepared``).
 
     ``sources`` maps a claim UID to the manifest file it came from (clusterless use).

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dracni.clock import now_rfc3339
+from dracni.kubelet.guards import ClaimRefused, driver_allocation
 from dracni.params import DeviceParameters, ParameterError, validate_parameters
 from dracni.policy.binding import DeviceLookup, bind_to_device
 from dracni.policy.config import FULL, TenantPolicy
@@ -66,8 +67,10 @@ def resolve_claim(
     """
     uid, namespace, name = _identity(claim)
     label = f"claim {namespace}/{name}"
-    allocation = _allocation(claim, label)
-    results = _driver_results(allocation, driver, label)
+    try:
+        allocation, results = driver_allocation(claim, driver, label)
+    except ClaimRefused as exc:
+        raise ClaimError(str(exc)) from None
     pods = _reserved_pods(claim, label)
     configs = _driver_configs(claim, allocation, driver)
     rules = _Rules(policy or TenantPolicy(), devices, ipam_dir)
@@ -98,37 +101,6 @@ def _identity(claim: Any) -> tuple[str, str, str]:
 
 def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
-
-
-def _allocation(claim: dict[str, Any], label: str) -> dict[str, Any]:
-    allocation = _mapping(claim.get("status")).get("allocation")
-    if not isinstance(allocation, dict) or not allocation:
-        raise ClaimError(
-            f"{label}: not allocated (status.allocation is missing); the scheduler allocates a "
-            "claim when a pod using it is scheduled (a clusterless manifest must carry status.allocation)"
-        )
-    return allocation
-
-
-def _driver_results(allocation: dict[str, Any], driver: str, label: str) -> list[dict[str, Any]]:
-    results = _mapping(allocation.get("devices")).get("results") or []
-    ours = [r for r in results if isinstance(r, dict) and r.get("driver") == driver]
-    if not ours:
-        others = sorted({str(r.get("driver")) for r in results if isinstance(r, dict)})
-        seen = f" (it has devices of: {', '.join(others)})" if others else ""
-        raise ClaimError(
-            f"{label}: no device of driver {driver} in status.allocation.devices.results{seen}; "
-            f"request a device of a DeviceClass that selects driver {driver}"
-        )
-    for result in ours:
-        missing = [k for k in ("request", "pool", "device") if not _non_empty_str(result.get(k))]
-        if missing:
-            raise ClaimError(f"{label}: an allocation result of driver {driver} has no {', '.join(missing)}")
-    return ours
-
-
-def _non_empty_str(value: Any) -> bool:
-    return isinstance(value, str) and bool(value)
 
 
 def _reserved_pods(claim: dict[str, Any], label: str) -> list[PodRef]:

@@ -56,9 +56,10 @@ def prepare(
     The same guards as the kubelet plugin's: the claim's UID, with --node, that its devices
     are allocated from this node's pool, and the tenant policy.
     """
+    from ..claims.driver import network_plugin
     from ..inventory.lookup import NodeDevices
     from ..kubelet.answers import uid_problem
-    from ..kubelet.helper import ClaimRef, KubeletPluginHelper
+    from ..kubelet.driver import ClaimRef
 
     policy = tenant_policy(policy_file, claim_configs, allow_types, allow_ipam_types)
     source = manifests_at(claims_path)
@@ -66,13 +67,14 @@ def prepare(
         ClaimRef(c["metadata"]["namespace"], c["metadata"]["uid"], c["metadata"]["name"])
         for c in select_claims(source, names)
     ]
-    helper = KubeletPluginHelper(
+    helper, _ = network_plugin(
         state=state_at(state_dir),
         claims=source,
         driver=driver,
         node=node,
         policy=policy,
         devices=NodeDevices(netns=nic_netns, sharing=nic_sharing(sharing_rules, nic_slots, max_attachments)),
+        source_path=source.path_of,
     )
     failed = len(source.skipped)
     for message in source.skipped:
@@ -81,7 +83,7 @@ def prepare(
     for uid, problem in bad.items():
         failed += 1
         click.echo(f"claim {uid}: error: {problem}", err=True)
-    outcomes = helper.prepare([ref for ref in refs if ref.uid not in bad])
+    outcomes = helper.prepare([ref for ref in refs if ref.uid not in bad], report=False)  # reported below
     for uid, outcome in outcomes.items():
         if outcome.error:
             failed += 1
@@ -99,16 +101,27 @@ def prepare(
 @click.option("--claim", "names", multiple=True, metavar="NS/NAME", help="Only these claims of CLAIMS_PATH.")
 @state_dir_option
 def unprepare(claims_path: str | None, uids: tuple[str, ...], names: tuple[str, ...], state_dir: str) -> None:
-    """Unprepare claims (all of CLAIMS_PATH, or the given UIDs); unknown claims succeed."""
-    from ..claims.prepare import unprepare_claims
+    """Unprepare claims (all of CLAIMS_PATH, or the given UIDs); unknown claims succeed.
 
-    targets = list(uids)
-    if claims_path:
-        targets += [c["metadata"]["uid"] for c in select_claims(manifests_at(claims_path), names)]
+    Through the kubelet plugin's helper, as kubelet's NodeUnprepareResources: the claims are
+    locked and unprepared by the same driver code.
+    """
+    from ..claims.driver import network_plugin
+    from ..defaults import DRIVER  # unprepare goes by UID alone: no driver's results to read
+    from ..kubelet.driver import ClaimRef
+
+    targets = [ClaimRef("", uid, "") for uid in uids]
+    source = manifests_at(claims_path) if claims_path else None
+    if source is not None:
+        targets += [
+            ClaimRef(c["metadata"]["namespace"], c["metadata"]["uid"], c["metadata"]["name"])
+            for c in select_claims(source, names)
+        ]
     if not targets:
         raise click.UsageError("give CLAIMS_PATH or --uid")
+    helper, _ = network_plugin(state=state_at(state_dir), claims=source or _NoClaims(), driver=DRIVER, node=None)
     failed = 0
-    for uid, error in unprepare_claims(state_at(state_dir), targets).items():
+    for uid, error in helper.unprepare(targets, report=False).items():  # reported here
         if error:
             failed += 1
             click.echo(f"claim {uid}: error: {error}", err=True)
@@ -250,3 +263,10 @@ def validate(
         click.echo(f"{len(skipped)} document(s) skipped", err=True)
     if problems or skipped or not found:
         sys.exit(1)
+
+
+class _NoClaims:
+    """The claim source of ``dracni unprepare --uid`` alone: unprepare reads no claim."""
+
+    def get(self, namespace: str, name: str) -> None:
+        return None

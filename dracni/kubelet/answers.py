@@ -2,11 +2,13 @@
 
 Kubelet treats a failed RPC as a failure of every claim in the batch, and a missing or unknown
 claim UID in the response as an error (``pkg/kubelet/cm/dra/manager.go``
-``prepareResources``).  So whatever the prepare/unprepare callback does (raise, forget a
-claim, answer for a claim nobody asked about, return garbage), these functions turn it into
-one answer per requested claim, an error string where something went wrong.  A claim whose
-UID cannot name a claim (empty, or not a plain token) gets its own error and never reaches the
-callback, so it cannot fail the rest of the batch.
+``prepareResources``).  So whatever a callback does (raise, forget a claim, answer for a claim
+nobody asked about, return garbage), these functions turn it into one answer per requested
+claim, an error string where something went wrong.  A claim whose UID cannot name a claim
+(empty, or not a plain token) gets its own error and never reaches the callback, so it cannot
+fail the rest of the batch.  The helper (``kubelet/helper.py``) applies them around the driver;
+the gRPC server (``kubelet/server.py``) applies them again around whatever callback it serves
+and turns the answers into kubelet's wire form.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .helper import ClaimRef
+from .driver import ClaimRef, PrepareResult
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +41,7 @@ def uid_problem(uid: str) -> str | None:
 _MAX_UID = 128
 
 
-def _split_valid(claims: list[ClaimRef]) -> tuple[list[ClaimRef], dict[str, str]]:
+def split_valid(claims: list[ClaimRef]) -> tuple[list[ClaimRef], dict[str, str]]:
     """The claims the callback may see, and uid -> error for the others."""
     valid, errors = [], {}
     for claim in claims:
@@ -47,16 +49,16 @@ def _split_valid(claims: list[ClaimRef]) -> tuple[list[ClaimRef], dict[str, str]
         if problem is None:
             valid.append(claim)
         else:
-            errors[claim.uid] = f"{problem} (claim {claim.namespace}/{claim.name})"
+            errors[claim.uid] = f"{problem} (claim {_name(claim)})" if claim.name else problem
     return valid, errors
 
 
-def _call(
-    callback: Callable[[list[ClaimRef]], Any], claims: list[ClaimRef], what: str, doing: str
+def call_guarded(
+    callback: Callable[[Any], Any], arg: Any, claims: list[ClaimRef], what: str, doing: str
 ) -> tuple[Mapping[str, Any] | None, str]:
-    """The callback's mapping, or None and the error every claim gets."""
+    """``callback(arg)``'s mapping for ``claims``, or None and the error every claim gets."""
     try:
-        outcomes = callback(list(claims))
+        outcomes = callback(arg)
         if not isinstance(outcomes, Mapping):
             raise TypeError(f"{what} returned {type(outcomes).__name__}, not a mapping of claim UIDs")
     except Exception as exc:
@@ -68,48 +70,67 @@ def _call(
     return outcomes, ""
 
 
+def prepare_results(claims: list[ClaimRef], outcomes: Mapping[str, Any] | None, error: str) -> dict[str, PrepareResult]:
+    """One PrepareResult per claim from a callback's mapping (None: the call failed, ``error``
+    for all); a well-formed outcome is kept as it is."""
+    results: dict[str, PrepareResult] = {}
+    for claim in claims:
+        outcome = None if outcomes is None else outcomes.get(claim.uid)
+        if outcomes is None:
+            results[claim.uid] = PrepareResult(error=error)
+        elif outcome is None:
+            results[claim.uid] = PrepareResult(error=f"internal error: no outcome for claim {_name(claim)}")
+        else:
+            try:
+                devices, failed = normalise_outcome(outcome)
+            except (TypeError, ValueError) as exc:
+                results[claim.uid] = PrepareResult(error=f"internal error: bad outcome for claim {_name(claim)}: {exc}")
+                continue
+            keep = isinstance(outcome, PrepareResult) and (outcome.error or None) == failed
+            results[claim.uid] = outcome if keep else PrepareResult(devices=list(devices), error=failed)
+    return results
+
+
+def unprepare_results(claims: list[ClaimRef], outcomes: Mapping[str, Any] | None, error: str) -> dict[str, str | None]:
+    """One error (None: done) per claim from a callback's mapping (None: the call failed)."""
+    results: dict[str, str | None] = {}
+    for claim in claims:
+        if outcomes is None:
+            results[claim.uid] = error
+        elif claim.uid not in outcomes:
+            results[claim.uid] = f"internal error: no outcome for claim {_name(claim)}"
+        else:
+            answer = outcomes[claim.uid]
+            results[claim.uid] = str(answer) if answer else None
+    return results
+
+
 def prepare_answers(
     callback: Callable[[list[ClaimRef]], Any], claims: list[ClaimRef]
 ) -> dict[str, tuple[list[DeviceAnswer], str | None]]:
     """uid -> (devices, error) for every requested claim, whatever the callback does."""
-    claims, invalid = _split_valid(claims)
+    claims, invalid = split_valid(claims)
     results: dict[str, tuple[list[DeviceAnswer], str | None]] = {uid: ([], e) for uid, e in invalid.items()}
     if not claims:
         return results
-    outcomes, error = _call(callback, claims, "prepare", "preparing")
-    if outcomes is None:
-        return {**results, **{c.uid: ([], error) for c in claims}}
-    for claim in claims:
-        outcome = outcomes.get(claim.uid)
-        if outcome is None:
-            results[claim.uid] = ([], f"internal error: no outcome for claim {claim.namespace}/{claim.name}")
-            continue
-        try:
-            results[claim.uid] = _normalise_outcome(outcome)
-        except (TypeError, ValueError) as exc:
-            results[claim.uid] = ([], f"internal error: bad outcome for claim {claim.namespace}/{claim.name}: {exc}")
+    outcomes, error = call_guarded(callback, list(claims), claims, "prepare", "preparing")
+    for uid, result in prepare_results(claims, outcomes, error).items():
+        results[uid] = normalise_outcome(result)
     return results
 
 
 def unprepare_answers(callback: Callable[[list[ClaimRef]], Any], claims: list[ClaimRef]) -> dict[str, str | None]:
     """uid -> error (None: done) for every requested claim, whatever the callback does."""
-    claims, invalid = _split_valid(claims)
+    claims, invalid = split_valid(claims)
     results: dict[str, str | None] = dict(invalid)
     if not claims:
         return results
-    outcomes, error = _call(callback, claims, "unprepare", "unpreparing")
-    if outcomes is None:
-        return {**results, **{c.uid: error for c in claims}}
-    for claim in claims:
-        if claim.uid not in outcomes:
-            results[claim.uid] = f"internal error: no outcome for claim {claim.namespace}/{claim.name}"
-            continue
-        answer = outcomes[claim.uid]
-        results[claim.uid] = str(answer) if answer else None
-    return results
+    outcomes, error = call_guarded(callback, list(claims), claims, "unprepare", "unpreparing")
+    return {**results, **unprepare_results(claims, outcomes, error)}
 
 
-def _normalise_outcome(outcome: Any) -> tuple[list[DeviceAnswer], str | None]:
+def normalise_outcome(outcome: Any) -> tuple[list[DeviceAnswer], str | None]:
+    """(devices in wire form, None) or ([], error); TypeError or ValueError when malformed."""
     error = getattr(outcome, "error", None)
     if error:
         return [], str(error)
@@ -134,5 +155,9 @@ def _normalise_outcome(outcome: Any) -> tuple[list[DeviceAnswer], str | None]:
     return normalised, None
 
 
+def _name(claim: ClaimRef) -> str:
+    return f"{claim.namespace}/{claim.name}"
+
+
 def _names(claims: list[ClaimRef]) -> str:
-    return ", ".join(f"{c.namespace}/{c.name} ({c.uid})" for c in claims)
+    return ", ".join(f"{_name(c)} ({c.uid})" for c in claims)

@@ -1,47 +1,42 @@
-"""Between kubelet's calls and the driver's work, like upstream's ``kubeletplugin`` helper.
+"""Between kubelet's calls and a DRA driver, like upstream's ``kubeletplugin`` helper.
 
 Upstream (``k8s.io/dynamic-resource-allocation/kubeletplugin``, ``draplugin.go``
 ``nodePluginImplementation.NodePrepareResources``) gets the claims kubelet names, checks each
-one's UID against the request, and hands the driver whole claim objects; per-claim errors
-are answered per claim.  This helper does the same for dracni, without gRPC, so that the
-service (claims from the API server) and ``dracni prepare`` (claims from manifest files) run
-the same guards:
+one against the request, and hands the driver (``DRAPlugin.PrepareResourceClaims``) whole
+claim objects; per-claim errors are answered per claim.  This helper does the same without
+gRPC and without knowing what the driver does (``kubelet/driver.py`` is the seam), so that the
+service (claims from the API server) and ``dracni prepare`` / ``unprepare`` (claims from
+manifest files) run the same guards:
 
-- fetch the claim by namespace/name from a claim source;
-- its UID must be the one kubelet asked for (a claim deleted and re-created under the same
-  name is another claim);
-- this driver's devices must be allocated from this node's pool (when the node is known);
-- one failing claim gets its own error string; the others go on;
+- fetch each claim by namespace/name from a claim source, the claims of a batch at the same
+  time (each read is an API round trip);
+- guards (``kubelet/guards.py``): its UID must be the one kubelet asked for (a claim deleted
+  and re-created under the same name is another claim), its devices of this driver must be
+  allocated, from this node's pool when the node is known;
+- the driver gets the claims that passed, and its answers are made into exactly one per claim
+  (``kubelet/answers.py``): a failing claim gets its own error string, the others go on;
+- one log line per failed claim, and one call of the observer (metrics, Events) per call,
+  with every claim's answer;
 - kubelet prepares claims of different pods concurrently, and so does the helper: a claim is
-  locked only against another call for the same claim, the claims of one batch are read and
-  resolved at the same time (each read is an API round trip), and only the state-dir write of
-  the batch holds the state lock.
+  locked only against another call for the same claim, held until the driver has answered.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
+from typing import Any
 
-from ..claims.prepare import PrepareOutcome, Resolved, resolve_for_node, store_prepared, unprepare_claims
-from ..claims.sticky import IpamClaimGetter
-from ..state.store import StateDir, StateError
-from .commits import GroupCommit
+from .answers import call_guarded, prepare_results, split_valid, unprepare_results
+from .driver import Claim, ClaimRef, ClaimSource, Driver, Observer, PrepareResult
+from .guards import ClaimRefused, check_fetched
+from .workers import BatchWorkers
 
-if TYPE_CHECKING:
-    from ..policy.binding import DeviceLookup
-    from ..policy.config import TenantPolicy
-
-
-T = TypeVar("T")
-
-#: Claims read and resolved at the same time, at most, over all calls (kubelet sends a pod's
-#: claims of one driver in one batch, and prepares pods in parallel).
-BATCH_WORKERS = 32
+log = logging.getLogger(__name__)
 
 
 class ClaimLocks:
@@ -91,131 +86,98 @@ class ClaimLocks:
                 self._locks[uid] = (lock, users - 1)
 
 
-class ClaimRef(NamedTuple):
-    """A claim as kubelet names it in NodePrepareResources / NodeUnprepareResources."""
-
-    namespace: str
-    uid: str
-    name: str
-
-
-class ClaimSource(Protocol):
-    """Where claims come from: the API server (``claims.api_source``) or files (``claims.manifests``)."""
-
-    def get(self, namespace: str, name: str, known_pods: set[str] | None = None) -> dict[str, Any] | None:
-        """The claim, or None when there is none.  ``known_pods``: the pods it was prepared for."""
-        ...
-
-    def path_of(self, namespace: str, name: str) -> str | None:
-        """The manifest file the claim came from (recorded with the prepared claim), or None."""
-        ...
-
-
 @dataclass(kw_only=True)
 class KubeletPluginHelper:
-    """Prepares and unprepares the claims kubelet names; see the module docstring.
+    """Prepares and unprepares the claims kubelet names through ``driver``; see the module
+    docstring.
 
-    ``node`` None (``dracni prepare`` without ``--node``) skips the node check; ``policy`` is
-    the tenant policy (None: the safe defaults) and ``devices`` finds the NIC behind an
-    allocated device; without ``ipamclaims`` an attachment naming an IPAMClaim fails to prepare.
+    ``driver_name`` is the DRA driver name the allocation results must carry; ``node`` None
+    (``dracni prepare`` without ``--node``) skips the node-pool check.
+
+    ``report=False`` on a call: the caller reports the answers itself (the CLI prints them, a
+    pod joining a shared claim logs with the pod's name), so the helper neither logs failed
+    claims nor tells the observer, whose metrics and Events are about kubelet's calls.
     """
 
-    state: StateDir
     claims: ClaimSource
-    driver: str
+    driver: Driver
+    driver_name: str
     node: str | None
-    policy: TenantPolicy | None = None
-    devices: DeviceLookup | None = None
-    ipamclaims: IpamClaimGetter | None = None
+    observer: Observer | None = None
+    workers: BatchWorkers = field(default_factory=BatchWorkers)
     _locks: ClaimLocks = field(default_factory=ClaimLocks, init=False, repr=False)
-    _commits: GroupCommit = field(init=False, repr=False)
-    _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
-    _pool_mutex: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        self._commits = GroupCommit(self.state)
+    def prepare(self, refs: list[ClaimRef], *, report: bool = True) -> dict[str, PrepareResult]:
+        """claim UID -> result, one for every ref."""
+        started = time.monotonic()
+        valid, invalid = split_valid(refs)
+        with self._locks.holding(ref.uid for ref in valid):
+            fetched = self.workers.map(self._fetch, valid)
+            passed = [(ref, got) for ref, got in zip(valid, fetched, strict=True) if not isinstance(got, str)]
+            results = {
+                ref.uid: PrepareResult(error=got)
+                for ref, got in zip(valid, fetched, strict=True)
+                if isinstance(got, str)
+            }
+            if passed:
+                passed_refs = [ref for ref, _ in passed]
+                outcomes, error = call_guarded(
+                    self.driver.prepare_claims, [claim for _, claim in passed], passed_refs, "prepare", "preparing"
+                )
+                results.update(prepare_results(passed_refs, outcomes, error))
+        results.update((uid, PrepareResult(error=error)) for uid, error in invalid.items())
+        answers = {ref.uid: results[ref.uid] for ref in refs}
+        if report:
+            self._report("prepare", refs, {uid: a.error for uid, a in answers.items()})
+            if self.observer is not None and refs:
+                self._observe(self.observer.observe_prepare, refs, answers, started)
+        return answers
 
-    def prepare(self, refs: list[ClaimRef]) -> dict[str, PrepareOutcome]:
-        """claim UID -> outcome, one for every ref."""
-        with self._locks.holding(ref.uid for ref in refs):
-            resolved = self._each(self._resolve, refs)
-            try:
-                return self._commits.run(lambda state: store_prepared(state, resolved))
-            except StateError as exc:
-                return {
-                    r.key: r.outcome
-                    if r.record is None
-                    else PrepareOutcome(error=f"cannot record the prepared claim: {exc}")
-                    for r in resolved
-                }
-
-    def unprepare(self, refs: list[ClaimRef]) -> dict[str, str | None]:
-        """claim UID -> error (None: done); unknown claims succeed."""
-        uids = [ref.uid for ref in refs]
-        with self._locks.holding(uids):
-            try:
-                return self._commits.run(lambda state: unprepare_claims(state, uids))
-            except StateError as exc:
-                return dict.fromkeys(uids, str(exc))
+    def unprepare(self, refs: list[ClaimRef], *, report: bool = True) -> dict[str, str | None]:
+        """claim UID -> error (None: done), one for every ref; unknown claims succeed."""
+        started = time.monotonic()
+        valid, results = split_valid(refs)
+        errors: dict[str, str | None] = dict(results)
+        if valid:
+            with self._locks.holding(ref.uid for ref in valid):
+                outcomes, error = call_guarded(self.driver.unprepare_claims, valid, valid, "unprepare", "unpreparing")
+            errors.update(unprepare_results(valid, outcomes, error))
+        answers = {ref.uid: errors[ref.uid] for ref in refs}
+        if report:
+            self._report("unprepare", refs, answers)
+            if self.observer is not None and refs:
+                self._observe(self.observer.observe_unprepare, refs, answers, started)
+        return answers
 
     def close(self) -> None:
         """Stop the batch workers (idle ones; a running call finishes)."""
-        with self._pool_mutex:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+        self.workers.close()
 
-    def _each(self, work: Callable[[ClaimRef], T], refs: list[ClaimRef]) -> list[T]:
-        """``work`` for every ref, at the same time when there are several; results in order."""
-        if len(refs) <= 1:
-            return [work(ref) for ref in refs]
-        with self._pool_mutex:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=BATCH_WORKERS, thread_name_prefix="dracni-claim")
-            pool = self._pool
-        return list(pool.map(work, refs))
-
-    def _resolve(self, ref: ClaimRef) -> Resolved:
-        claim, error = self._fetch(ref)
-        if claim is None:
-            return Resolved(ref.uid, PrepareOutcome(error=error))
-        return resolve_for_node(
-            claim,
-            state=self.state,
-            driver=self.driver,
-            node=self.node,
-            policy=self.policy,
-            devices=self.devices,
-            source=self.claims.path_of(ref.namespace, ref.name),
-            ipamclaims=self.ipamclaims,
-        )
-
-    def _fetch(self, ref: ClaimRef) -> tuple[dict[str, Any] | None, str]:
-        where = f"ResourceClaim {ref.namespace}/{ref.name}"
-        prepared = self.state.read_claim(ref.uid)
-        known_pods = {p["uid"] for p in prepared["pods"]} if prepared else None
+    def _fetch(self, ref: ClaimRef) -> Claim | str:
+        """The claim, or why it does not pass the guards."""
         try:
-            claim = self.claims.get(ref.namespace, ref.name, known_pods)
+            claim = self.claims.get(ref.namespace, ref.name)
         except Exception as exc:  # e.g. the API server is unreachable: kubelet retries the pod later
-            return None, f"{where}: cannot read it: {exc}"
+            return f"ResourceClaim {ref.namespace}/{ref.name}: cannot read it: {exc}"
         if claim is None:
-            return None, f"{where} not found"
-        uid = (claim.get("metadata") or {}).get("uid")
-        if uid != ref.uid:
-            return None, (
-                f"{where} has UID {uid}, kubelet asked for {ref.uid}: "
-                "the claim was deleted and re-created; kubelet will retry with the new one"
-            )
-        if self.node is not None:
-            foreign = [r for r in _our_results(claim, self.driver) if r.get("pool") != self.node]
-            if foreign:
-                return None, (
-                    f"{where}: device {foreign[0].get('device')} is allocated from pool "
-                    f"{foreign[0].get('pool')}, not from this node {self.node}"
+            return f"ResourceClaim {ref.namespace}/{ref.name} not found"
+        try:
+            check_fetched(ref, claim, driver=self.driver_name, node=self.node)
+        except ClaimRefused as exc:
+            return str(exc)
+        return claim
+
+    @staticmethod
+    def _report(call: str, refs: list[ClaimRef], errors: Mapping[str, str | None]) -> None:
+        """The one log line of each failed claim."""
+        for ref in {ref.uid: ref for ref in refs}.values():
+            if errors.get(ref.uid):
+                log.warning(
+                    "%s of claim %s/%s (%s) failed: %s", call, ref.namespace, ref.name, ref.uid, errors[ref.uid]
                 )
-        return claim, ""
 
-
-def _our_results(claim: dict[str, Any], driver: str) -> list[dict[str, Any]]:
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    return [r for r in (allocation.get("devices") or {}).get("results") or [] if r.get("driver") == driver]
+    def _observe(self, observe: Any, refs: list[ClaimRef], answers: Mapping[str, Any], started: float) -> None:
+        try:
+            observe(refs, answers, time.monotonic() - started)
+        except Exception:  # metrics or Events must not fail the call
+            log.exception("observing a %s call failed", observe.__name__)

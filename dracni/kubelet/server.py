@@ -4,13 +4,14 @@ socket kubelet's plugin watcher finds it through (docs/contracts.md section 2).
 - ``<plugins_dir>/<driver>/dra.sock``: ``DRAPlugin`` in both ``k8s.io.kubelet.pkg.apis.dra.v1``
   (kubelet 1.34+) and ``...v1beta1`` (1.32, 1.33), on one gRPC server.
 - the same socket also serves ``DRAResourceHealth`` (``v1``, ``v1beta1``, ``v1alpha1``) when a
-  health source is given: kubelet's stream of device health (``_HealthService``);
+  health source is given: kubelet's stream of device health (``kubelet/health_service.py``);
 - ``<registry_dir>/<driver>-reg.sock``: ``pluginregistration.Registration``, on a second server
   bound only once the DRA socket accepts connections: kubelet dials the endpoint as soon as it
   has registered the plugin.
 
-The server knows nothing about claims: ``prepare`` and ``unprepare`` callbacks (the preparer
-port) do the work, and the server turns their answers into kubelet's per-claim responses.
+The server knows nothing about claims: ``prepare`` and ``unprepare`` callbacks (the helper's,
+``kubelet/helper.py``) do the work, and the server turns their answers into kubelet's
+per-claim responses (``kubelet/answers.py``).
 Kubelet treats a failed RPC as a failure of every claim in the batch, and a missing or
 unknown claim UID as an error, so every requested claim gets exactly one entry: a callback
 that raises or forgets a claim gives that claim an error string, never a failed RPC.
@@ -25,16 +26,16 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent import futures
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 import grpc
 
 from dracni.apirules.validation import is_driver_name
-from dracni.claims.prepare import PrepareOutcome
 from dracni.kubelet.answers import prepare_answers, unprepare_answers
-from dracni.kubelet.helper import ClaimRef
+from dracni.kubelet.driver import ClaimRef, PrepareResult
+from dracni.kubelet.health_service import HEALTH_SERVICES, MAX_HEALTH_STREAMS, HealthService, HealthSource
 from dracni.kubelet.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
@@ -57,9 +58,6 @@ from dracni.kubelet.sockets import (
     wait_until_serving,
 )
 
-if TYPE_CHECKING:
-    from dracni.inventory.health import HealthReport
-
 log = logging.getLogger(__name__)
 
 #: ``PluginInfo.type`` of a DRA driver's kubelet plugin.
@@ -67,31 +65,9 @@ PLUGIN_TYPE = "DRAPlugin"
 #: ``PluginInfo.supported_versions``: "<proto package>.<service>", most recent first. Kubelet
 #: takes the first one of this list that it speaks.
 SUPPORTED_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
-#: The health services, listed after those when served.  Kubelet 1.37 streams health only
-#: from a plugin that lists one (pickHealthService: v1, else v1alpha1); 1.34-1.36 dial
-#: v1alpha1 whatever the list says.  A kubelet ignores entries it does not know
-#: (validateSupportedServices looks for the first DRAPlugin it speaks).
-HEALTH_SERVICES = ("v1.DRAResourceHealth", "v1beta1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
-#: Kubelet keeps one health stream per plugin open; more than this at once are refused
-#: (RESOURCE_EXHAUSTED) so that streams never take all of the server's worker threads.
-MAX_HEALTH_STREAMS = 4
 
-
-PrepareCallback = Callable[[list[ClaimRef]], Mapping[str, PrepareOutcome]]
+PrepareCallback = Callable[[list[ClaimRef]], Mapping[str, PrepareResult]]
 UnprepareCallback = Callable[[list[ClaimRef]], Mapping[str, str | None]]
-
-
-class HealthSource(Protocol):
-    """Where the health stream's reports come from (``inventory.health.DeviceHealthReporter``)."""
-
-    def watch(self, active: Callable[[], bool]) -> Iterator[HealthReport]:
-        """The full list first, then again on every change and as a keep-alive; ends when
-        the source closes or ``active()`` turns False."""
-        ...
-
-    def wake(self) -> None:
-        """Make every ``watch`` look at ``active()`` again."""
-        ...
 
 
 def check_driver_name(driver: str) -> None:
@@ -214,7 +190,7 @@ class DRAPluginServer:
                         (health_v1alpha1_pb2, health_v1alpha1_pb2_grpc, "v1alpha1"),
                     ):
                         grpc_mod.add_DRAResourceHealthServicer_to_server(
-                            _HealthService(self, self._health, pb2, version), self._dra_server
+                            HealthService(self._health_streams, self._health, pb2, version), self._dra_server
                         )
                 self._bind(self._dra_server, self.dra_socket)
                 self._dra_server.start()
@@ -330,7 +306,7 @@ class _DRAService:
                 )
                 if self._share_id and dev["shareID"]:
                     out.share_id = dev["shareID"]
-        _log_call("NodePrepareResources", self._version, claims, results, failed)
+        _log_call("NodePrepareResources", self._version, claims, failed)
         return response
 
     def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
@@ -343,46 +319,7 @@ class _DRAService:
             if error:
                 entry.error = error
                 failed += 1
-        _log_call("NodeUnprepareResources", self._version, claims, results, failed)
-        return response
-
-
-class _HealthService:
-    """``DRAResourceHealth`` of one API version (the messages are the same in all three).
-
-    A stream sends the source's reports until the source closes (the service stops: the
-    stream ends with OK, and kubelet dials again later) or kubelet goes away.
-    """
-
-    def __init__(self, owner: DRAPluginServer, source: HealthSource, pb2: Any, version: str) -> None:
-        self._owner = owner
-        self._source = source
-        self._pb2 = pb2
-        self._version = version
-
-    def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-        if not self._owner._health_streams.acquire(blocking=False):
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"at most {MAX_HEALTH_STREAMS} health streams at once")
-        try:
-            context.add_callback(self._source.wake)
-            log.info("kubelet watches device health (%s)", self._version)
-            for report in self._source.watch(context.is_active):
-                yield self._response(report)
-            log.info("device health stream (%s) ended", self._version)
-        finally:
-            self._owner._health_streams.release()
-
-    def _response(self, report: HealthReport) -> Any:
-        pb2 = self._pb2
-        response = pb2.NodeWatchResourcesResponse()
-        for device in report.devices:
-            response.devices.add(
-                device=pb2.DeviceIdentifier(pool_name=device.pool, device_name=device.device),
-                health=pb2.HealthStatus.Value(device.health.upper()),
-                last_updated_time=report.checked_at,
-                health_check_timeout_seconds=report.timeout_seconds,
-                message=device.message,
-            )
+        _log_call("NodeUnprepareResources", self._version, claims, failed)
         return response
 
 
@@ -415,11 +352,6 @@ def _claim_refs(claims: Iterable[Any]) -> list[ClaimRef]:
     return refs
 
 
-def _log_call(call: str, version: str, claims: list[ClaimRef], results: Mapping[str, Any], failed: int) -> None:
-    if failed:
-        for claim in claims:
-            r = results.get(claim.uid)
-            error = r[1] if isinstance(r, tuple) else r
-            if error:
-                log.warning("%s %s/%s (%s): %s", call, claim.namespace, claim.name, claim.uid, error)
+def _log_call(call: str, version: str, claims: list[ClaimRef], failed: int) -> None:
+    """One line per call; each failed claim has its line from the helper."""
     log.info("%s (%s): %d claims, %d failed", call, version, len(claims), failed)

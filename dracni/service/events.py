@@ -22,9 +22,8 @@ from ..kube.events import EventRecorder, ObjectRef, claim_ref, pod_ref
 from ..status.entries import error_message
 
 if TYPE_CHECKING:
-    from ..claims.prepare import PrepareOutcome
     from ..inventory.health import DeviceHealth
-    from ..kubelet.helper import ClaimRef
+    from ..kubelet.driver import ClaimRef, PrepareResult
     from ..state.records import DeviceFact, StatusOutbox
     from ..state.store import StateDir
 
@@ -96,7 +95,7 @@ class ServiceEvents:
         self._both(cref, pod, reason, "SyncIPAMClaim", note)
 
     # -- a failed prepare ------------------------------------------------------------------------
-    def prepare_failures(self, refs: list[ClaimRef], outcomes: Mapping[str, PrepareOutcome]) -> None:
+    def prepare_failures(self, refs: list[ClaimRef], outcomes: Mapping[str, PrepareResult]) -> None:
         for ref in refs:
             outcome = outcomes.get(ref.uid)
             if outcome is not None and outcome.error:

@@ -1,57 +1,18 @@
-"""The service's /healthz, /readyz and /metrics endpoint, and the prepare/unprepare counters."""
+"""The service's /healthz, /readyz and /metrics endpoint."""
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ..metrics import PREPARE_SECONDS, PREPARES, REGISTRY, UNPREPARE_SECONDS, UNPREPARES
+from ..metrics import REGISTRY
 
 log = logging.getLogger(__name__)
-
-if TYPE_CHECKING:
-    from ..claims.prepare import PrepareOutcome
-    from ..kubelet.helper import ClaimRef
-
-
-def observed_prepare(
-    prepare: Callable[[list[ClaimRef]], Mapping[str, PrepareOutcome]],
-) -> Callable[[list[ClaimRef]], Mapping[str, PrepareOutcome]]:
-    """``prepare`` counted (per claim, by result) and timed; failures logged."""
-
-    def observed(refs: list[ClaimRef]) -> Mapping[str, PrepareOutcome]:
-        started = time.monotonic()
-        outcomes = prepare(refs)
-        for uid, outcome in outcomes.items():
-            PREPARES.labels(result="error" if outcome.error else "ok").inc()
-            if outcome.error:
-                log.warning("prepare of claim %s failed: %s", uid, outcome.error)
-        PREPARE_SECONDS.observe(time.monotonic() - started)
-        return outcomes
-
-    return observed
-
-
-def observed_unprepare(
-    unprepare: Callable[[list[ClaimRef]], Mapping[str, str | None]],
-) -> Callable[[list[ClaimRef]], Mapping[str, str | None]]:
-    """``unprepare`` counted (per claim, by result) and timed."""
-
-    def observed(refs: list[ClaimRef]) -> Mapping[str, str | None]:
-        started = time.monotonic()
-        results = unprepare(refs)
-        for error in results.values():
-            UNPREPARES.labels(result="error" if error else "ok").inc()
-        UNPREPARE_SECONDS.observe(time.monotonic() - started)
-        return results
-
-    return observed
 
 
 class HealthServer:

@@ -20,9 +20,7 @@ from ..policy.config import TenantPolicy
 from . import signals
 
 if TYPE_CHECKING:
-    from ..claims.prepare import PrepareOutcome
     from ..inventory.links import LinkDB
-    from ..kubelet.helper import ClaimRef
     from ..state.records import StatusOutbox
     from ..status.drain import Notes
 
@@ -59,6 +57,8 @@ class Service:
 
     def __init__(self, opts: ServiceOptions) -> None:
         from ..claims.api_source import ApiClaimSource
+        from ..claims.driver import network_plugin
+        from ..claims.shared_claims import SharedClaimPods
         from ..inventory.health import DeviceHealthReporter, DiscoveredOffers
         from ..inventory.links import LinkDB
         from ..inventory.lookup import NodeDevices
@@ -68,12 +68,11 @@ class Service:
         from ..kube.events import EventRecorder
         from ..kube.ipamclaims import IpamClaimWriter
         from ..kube.status_sink import ApiStatusSink
-        from ..kubelet.helper import KubeletPluginHelper
         from ..kubelet.server import DRAPluginServer
-        from ..kubelet.shared_claims import SharedClaimPods
         from ..state.store import StateDir
         from .events import ServiceEvents
-        from .health_server import HealthServer, observed_prepare, observed_unprepare
+        from .health_server import HealthServer
+        from .observer import ServiceObserver
         from .status_publisher import StatusPublisher
 
         self.opts = opts
@@ -125,7 +124,9 @@ class Service:
             ready=self.slices.published.is_set if self.slices is not None else None,
             on_unhealthy=lambda device: self.events.unhealthy(self.state, device),
         )
-        self.helper = KubeletPluginHelper(
+        #: kubelet's calls go through the generic helper to dracni's network driver; the
+        #: observer counts them and puts a Warning Event on each claim that failed to prepare
+        self.helper, self.network = network_plugin(
             state=self.state,
             claims=self.claims,
             driver=opts.driver,
@@ -133,15 +134,19 @@ class Service:
             policy=opts.policy,
             devices=self.devices,
             ipamclaims=self.api.get_ipamclaim,
+            observer=ServiceObserver(self.events),
         )
-        #: pods that join a claim kubelet already prepared here (it prepares a claim only once)
-        self.shared_claims = SharedClaimPods(self.api, self.state, opts.node, self.helper.prepare)
+        #: pods that join a claim kubelet already prepared here (it prepares a claim only once);
+        #: they log their own failures and are not kubelet calls, so no metrics nor Events
+        self.shared_claims = SharedClaimPods(
+            self.api, self.state, opts.node, lambda refs: self.helper.prepare(refs, report=False)
+        )
         self.grpc = DRAPluginServer(
             driver=opts.driver,
             plugins_dir=opts.plugins_dir,
             registry_dir=opts.registry_dir,
-            prepare=observed_prepare(self._prepare),
-            unprepare=observed_unprepare(self.helper.unprepare),
+            prepare=self.helper.prepare,
+            unprepare=self.helper.unprepare,
             health=self.device_health,
         )
         ipamclaims = IpamClaimWriter(self.api, on_problem=self.events.ipamclaim_problem)
@@ -154,12 +159,6 @@ class Service:
         self.health = HealthServer(opts.health_address, self.ready) if opts.health_address else None
         self._threads: list[threading.Thread] = []
         self._stops: list[Callable[[], None]] = []  # undo what start() did, newest last
-
-    def _prepare(self, refs: list[ClaimRef]) -> dict[str, PrepareOutcome]:
-        """kubelet's prepare; a claim that failed gets a Warning Event."""
-        results = self.helper.prepare(refs)
-        self.events.prepare_failures(refs, results)
-        return results
 
     def _claimed_devices(self) -> set[str]:
         """Device names the prepared claims in the state dir hold (the slice publisher asks

@@ -1,4 +1,4 @@
-"""Batched state writes (StateDir.batched) and the service's group commit (kubelet/commits.py)."""
+"""Batched state writes (StateDir.batched) and the service's group commit (claims/commits.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from dracni.kubelet.commits import GroupCommit
+from dracni.claims.commits import GroupCommit
 from dracni.state.store import StateDir, StateError
 
 

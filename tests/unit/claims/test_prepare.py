@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from dracni.claims.manifests import ManifestClaimSource
-from dracni.claims.prepare import PrepareOutcome, prepare_claims, unprepare_claims
+from dracni.claims.prepare import prepare_claims, unprepare_claims
+from dracni.kubelet.driver import PrepareResult as PrepareOutcome
 from dracni.policy.binding import DeviceFacts
 from dracni.policy.config import DEFAULT_PLUGIN_TYPES, TenantPolicy
 from dracni.specfiles import spec_path

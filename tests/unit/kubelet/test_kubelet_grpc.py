@@ -22,7 +22,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from dracni.claims.prepare import PrepareOutcome
+from dracni.kubelet.driver import PrepareResult as PrepareOutcome
 from dracni.kubelet.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,

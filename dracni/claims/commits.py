@@ -1,4 +1,4 @@
-"""Group commit of the service's state writes.
+"""Group commit of the network driver's state-dir writes.
 
 Each prepare or unprepare ends in a few record writes, and each write costs fsyncs (about
 2.5 ms each on a virtual disk) under the state lock: a burst of pod starts would queue behind

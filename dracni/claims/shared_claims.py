@@ -26,17 +26,16 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..claims.prepare import PrepareOutcome
 from ..kube.api import ApiError, KubeApi
+from ..kubelet.driver import ClaimRef, PrepareResult
 from ..state.store import StateDir
-from .helper import ClaimRef
 
 log = logging.getLogger(__name__)
 
 WATCH_TIMEOUT = 300
 
 #: ``(claims) -> {uid: outcome}``: the kubelet helper's prepare.
-Prepare = Callable[[list[ClaimRef]], dict[str, PrepareOutcome]]
+Prepare = Callable[[list[ClaimRef]], dict[str, PrepareResult]]
 
 
 def claim_names(pod: dict[str, Any]) -> set[str]:

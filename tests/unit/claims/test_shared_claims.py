@@ -9,9 +9,10 @@ import threading
 import pytest
 
 from dracni.claims.api_source import ApiClaimSource
+from dracni.claims.driver import network_plugin
+from dracni.claims.shared_claims import SharedClaimPods, claim_names
 from dracni.kube.api import KubeApi
-from dracni.kubelet.helper import ClaimRef, KubeletPluginHelper
-from dracni.kubelet.shared_claims import SharedClaimPods, claim_names
+from dracni.kubelet.driver import ClaimRef
 from dracni.state.store import StateDir
 from tests.fakes.apiserver import FakeApiServer
 from tests.kubeclient import serving
@@ -42,7 +43,7 @@ def reserve(fake: FakeApiServer, claim: dict, *pods: tuple[str, str]) -> None:
 @pytest.fixture
 def lab(fake, api, tmp_path):
     state = StateDir(str(tmp_path / "state"))
-    helper = KubeletPluginHelper(state=state, claims=ApiClaimSource(api), driver=DRIVER, node=NODE)
+    helper, _ = network_plugin(state=state, claims=ApiClaimSource(api), driver=DRIVER, node=NODE)
     stop = threading.Event()
     watcher = SharedClaimPods(api, state, NODE, helper.prepare)
     thread = threading.Thread(target=watcher.run, args=(stop,), daemon=True)

@@ -1,0 +1,47 @@
+"""The claims of one call worked on at the same time, on a pool shared by all calls.
+
+Kubelet sends a pod's claims of one driver in one batch and prepares pods in parallel; each
+claim costs an API round trip (the helper's read) and netlink or API work (the driver's
+resolution), so a batch's claims are worked on at once.  The helper and the driver share one
+pool, so the threads stay bounded however many calls run.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Claims worked on at the same time, at most, over all calls.
+BATCH_WORKERS = 32
+
+
+class BatchWorkers:
+    """``map(work, items)``: ``work`` for every item, at once when there are several; results
+    in order.  The threads start with the first batch of more than one item."""
+
+    def __init__(self, max_workers: int = BATCH_WORKERS) -> None:
+        self.max_workers = max_workers
+        self._pool: ThreadPoolExecutor | None = None
+        self._mutex = threading.Lock()
+
+    def map(self, work: Callable[[T], R], items: Iterable[T]) -> list[R]:
+        items = list(items)
+        if len(items) <= 1:
+            return [work(item) for item in items]
+        with self._mutex:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="dracni-claim")
+            pool = self._pool
+        return list(pool.map(work, items))
+
+    def close(self) -> None:
+        """Stop the idle threads (a running batch finishes); a later batch starts new ones."""
+        with self._mutex:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)

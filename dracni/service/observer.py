@@ -1,0 +1,39 @@
+"""What the service reports about each kubelet call: the kubelet helper's observer.
+
+The helper (``kubelet/helper.py``) calls its observer once per NodePrepareResources /
+NodeUnprepareResources, with every claim's answer; the service counts the claims by result
+(``dracni_prepare_claims_total``, ``dracni_unprepare_claims_total``), times the calls
+(``dracni/metrics.py``) and puts a ``PrepareFailed`` Warning Event on each claim that failed
+to prepare (``service/events.py``).
+Logging each failure is the helper's job, not this one's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from ..metrics import PREPARE_SECONDS, PREPARES, UNPREPARE_SECONDS, UNPREPARES
+
+if TYPE_CHECKING:
+    from ..kubelet.driver import ClaimRef, PrepareResult
+    from .events import ServiceEvents
+
+
+class ServiceObserver:
+    """``kubelet.driver.Observer``: metrics for every call, Events for failed prepares."""
+
+    def __init__(self, events: ServiceEvents | None = None) -> None:
+        self.events = events
+
+    def observe_prepare(self, refs: list[ClaimRef], results: Mapping[str, PrepareResult], seconds: float) -> None:
+        for result in results.values():
+            PREPARES.labels(result="error" if result.error else "ok").inc()
+        PREPARE_SECONDS.observe(seconds)
+        if self.events is not None:
+            self.events.prepare_failures(refs, results)
+
+    def observe_unprepare(self, refs: list[ClaimRef], errors: Mapping[str, str | None], seconds: float) -> None:
+        for error in errors.values():
+            UNPREPARES.labels(result="error" if error else "ok").inc()
+        UNPREPARE_SECONDS.observe(seconds)
