@@ -1,4 +1,4 @@
-"""The service's Kubernetes adapters (KubeApi, ApiClaimSource, ApiStatusSink, Preparer) against the
+"""The service's Kubernetes adapters (KubeApi, ApiClaimSource, ApiStatusSink, the kubelet helper with the network driver) against the
 test API server, through the real kubernetes client."""
 
 from __future__ import annotations
