@@ -4,6 +4,7 @@ files, show the state dir, validate parameters."""
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,14 +12,16 @@ from .. import jsonio
 from .options import (
     driver_option,
     manifests_at,
-    nic_sharing,
     policy_options,
     select_claims,
     sharing_options,
     state_at,
     state_dir_option,
-    tenant_policy,
 )
+
+if TYPE_CHECKING:
+    from ..inventory.sharing import Sharing
+    from ..policy.config import TenantPolicy
 
 
 @click.command()
@@ -40,13 +43,8 @@ def prepare(
     claims_path: str,
     names: tuple[str, ...],
     node: str | None,
-    policy_file: str | None,
-    claim_configs: str | None,
-    allow_types: tuple[str, ...],
-    allow_ipam_types: tuple[str, ...],
-    sharing_rules: tuple[str, ...],
-    nic_slots: str,
-    max_attachments: str,
+    policy: TenantPolicy,
+    sharing: Sharing,
     nic_netns: str | None,
     state_dir: str,
     driver: str,
@@ -61,7 +59,6 @@ def prepare(
     from ..kubelet.answers import uid_problem
     from ..kubelet.driver import ClaimRef
 
-    policy = tenant_policy(policy_file, claim_configs, allow_types, allow_ipam_types)
     source = manifests_at(claims_path)
     refs = [
         ClaimRef(c["metadata"]["namespace"], c["metadata"]["uid"], c["metadata"]["name"])
@@ -73,7 +70,7 @@ def prepare(
         driver=driver,
         node=node,
         policy=policy,
-        devices=NodeDevices(netns=nic_netns, sharing=nic_sharing(sharing_rules, nic_slots, max_attachments)),
+        devices=NodeDevices(netns=nic_netns, sharing=sharing),
         source_path=source.path_of,
     )
     failed = len(source.skipped)
@@ -224,14 +221,7 @@ def inspect(state_dir: str, as_json: bool) -> None:
 @click.argument("path", type=click.Path(exists=True))
 @policy_options
 @driver_option
-def validate(
-    path: str,
-    policy_file: str | None,
-    claim_configs: str | None,
-    allow_types: tuple[str, ...],
-    allow_ipam_types: tuple[str, ...],
-    driver: str,
-) -> None:
+def validate(path: str, policy: TenantPolicy, driver: str) -> None:
     """Validate claim parameters under the tenant policy, as prepare would.
 
     PATH is a parameters file (YAML/JSON) or a file of manifests: ResourceClaims,
@@ -242,7 +232,6 @@ def validate(
     from ..params import ParameterError
     from ..policy.offline import check_found, class_networks, configs_in
 
-    policy = tenant_policy(policy_file, claim_configs, allow_types, allow_ipam_types)
     try:
         docs = [d for d in read_documents(path) if d is not None]
     except ClaimSourceError as exc:
