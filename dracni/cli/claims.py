@@ -55,6 +55,7 @@ def prepare(
     are allocated from this node's pool, and the tenant policy.
     """
     from ..claims.driver import network_plugin
+    from ..claims.prepare import Resolver
     from ..inventory.lookup import NodeDevices
     from ..kubelet.answers import uid_problem
     from ..kubelet.driver import ClaimRef
@@ -64,15 +65,9 @@ def prepare(
         ClaimRef(c["metadata"]["namespace"], c["metadata"]["uid"], c["metadata"]["name"])
         for c in select_claims(source, names)
     ]
-    helper, _ = network_plugin(
-        state=state_at(state_dir),
-        claims=source,
-        driver=driver,
-        node=node,
-        policy=policy,
-        devices=NodeDevices(netns=nic_netns, sharing=sharing),
-        source_path=source.path_of,
-    )
+    lookup = NodeDevices(netns=nic_netns, sharing=sharing)
+    resolver = Resolver(state=state_at(state_dir), driver=driver, node=node, policy=policy, devices=lookup)
+    helper, _ = network_plugin(resolver, claims=source, source_path=source.path_of)
     failed = len(source.skipped)
     for message in source.skipped:
         click.echo(f"error: {message}", err=True)
@@ -104,6 +99,7 @@ def unprepare(claims_path: str | None, uids: tuple[str, ...], names: tuple[str, 
     locked and unprepared by the same driver code.
     """
     from ..claims.driver import network_plugin
+    from ..claims.prepare import Resolver
     from ..defaults import DRIVER  # unprepare goes by UID alone: no driver's results to read
     from ..kubelet.driver import ClaimRef
 
@@ -116,7 +112,7 @@ def unprepare(claims_path: str | None, uids: tuple[str, ...], names: tuple[str, 
         ]
     if not targets:
         raise click.UsageError("give CLAIMS_PATH or --uid")
-    helper, _ = network_plugin(state=state_at(state_dir), claims=source or _NoClaims(), driver=DRIVER, node=None)
+    helper, _ = network_plugin(Resolver(state=state_at(state_dir), driver=DRIVER), claims=source or _NoClaims())
     failed = 0
     for uid, error in helper.unprepare(targets, report=False).items():  # reported here
         if error:
