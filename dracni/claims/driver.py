@@ -3,55 +3,42 @@
 The helper (``kubelet/helper.py``) has read each claim and checked it is the one kubelet named,
 allocated to this driver from this node's pool.  The driver does dracni's part, the upstream
 ``PrepareResourceClaims`` / ``UnprepareResourceClaims`` of a network driver: resolve each claim
-into its PreparedClaim record under the tenant policy (``claims/prepare.py resolve_for_node``:
+into its PreparedClaim record under the tenant policy (``claims/prepare.py Resolver``:
 parameters, the NIC behind the allocated device, sticky addresses from IPAMClaims), the claims
 of a batch at the same time, then write the records to the state dir through the group commit
-(``claims/commits.py``), where the CNI plugin finds them.  Its configuration (policy, device
-lookup, IPAMClaim reader, state dir) lives here, not in the helper.
+(``claims/commits.py``), where the CNI plugin finds them.  Its configuration (the ``Resolver``:
+policy, device lookup, IPAMClaim reader, state dir) lives here, not in the helper.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ..kubelet.driver import Claim, ClaimRef, ClaimSource, Observer, PrepareResult
 from ..kubelet.helper import KubeletPluginHelper
 from ..kubelet.workers import BatchWorkers
-from ..state.store import StateDir, StateError
+from ..state.store import StateError
 from .commits import GroupCommit
-from .prepare import Resolved, resolve_for_node, store_prepared, unprepare_claims
-from .sticky import IpamClaimGetter
-
-if TYPE_CHECKING:
-    from ..policy.binding import DeviceLookup
-    from ..policy.config import TenantPolicy
+from .prepare import Resolved, Resolver, store_prepared, unprepare_claims
 
 
 @dataclass(kw_only=True)
 class NetworkDriver:
-    """Prepares claims into the state dir; see the module docstring.
+    """Prepares claims into ``resolver.state``; see the module docstring.
 
-    ``node`` None (``dracni prepare`` without ``--node``) is passed on to resolution;
-    ``policy`` is the tenant policy (None: the safe defaults) and ``devices`` finds the NIC
-    behind an allocated device; without ``ipamclaims`` an attachment naming an IPAMClaim fails
-    to prepare.  ``source_path(namespace, name)``: the manifest file a claim came from,
+    ``resolver``: how claims are resolved (driver name, node, tenant policy, device lookup,
+    IPAMClaim reader).  ``source_path(namespace, name)``: the manifest file a claim came from,
     recorded with it (clusterless use).
     """
 
-    state: StateDir
-    name: str
-    node: str | None
-    policy: TenantPolicy | None = None
-    devices: DeviceLookup | None = None
-    ipamclaims: IpamClaimGetter | None = None
+    resolver: Resolver
     source_path: Callable[[str, str], str | None] | None = None
     workers: BatchWorkers = field(default_factory=BatchWorkers)
     _commits: GroupCommit = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._commits = GroupCommit(self.state)
+        self._commits = GroupCommit(self.resolver.state)
 
     def prepare_claims(self, claims: list[Claim]) -> dict[str, PrepareResult]:
         """Claim UID -> result; the batch's records are written in one group commit."""
@@ -78,48 +65,26 @@ class NetworkDriver:
         meta = claim.get("metadata") or {}
         where = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
         source = self.source_path(*where) if self.source_path else None
-        return resolve_for_node(
-            claim,
-            state=self.state,
-            driver=self.name,
-            node=self.node,
-            policy=self.policy,
-            devices=self.devices,
-            source=source,
-            ipamclaims=self.ipamclaims,
-        )
+        return self.resolver.resolve(claim, source)
 
 
 def network_plugin(
+    resolver: Resolver,
     *,
-    state: StateDir,
     claims: ClaimSource,
-    driver: str,
-    node: str | None,
-    policy: TenantPolicy | None = None,
-    devices: DeviceLookup | None = None,
-    ipamclaims: IpamClaimGetter | None = None,
     source_path: Callable[[str, str], str | None] | None = None,
     observer: Observer | None = None,
 ) -> tuple[KubeletPluginHelper, NetworkDriver]:
     """The helper in front of dracni's network driver, sharing one pool of batch workers: what
-    the service, ``dracni prepare`` and ``dracni unprepare`` run."""
+    the service, ``dracni prepare`` and ``dracni unprepare`` run.  The helper checks claims
+    against the resolver's driver name and node."""
     workers = BatchWorkers()
-    network = NetworkDriver(
-        state=state,
-        name=driver,
-        node=node,
-        policy=policy,
-        devices=devices,
-        ipamclaims=ipamclaims,
-        source_path=source_path,
-        workers=workers,
-    )
+    network = NetworkDriver(resolver=resolver, source_path=source_path, workers=workers)
     helper = KubeletPluginHelper(
         claims=claims,
         driver=network,
-        driver_name=driver,
-        node=node,
+        driver_name=resolver.driver,
+        node=resolver.node,
         observer=observer,
         workers=workers,
     )

@@ -38,44 +38,48 @@ class Resolved:
     record: PreparedClaim | None = None
 
 
-def resolve_for_node(
-    claim: dict[str, Any],
-    *,
-    state: StateDir,
-    driver: str,
-    node: str | None = None,
-    policy: TenantPolicy | None = None,
-    devices: DeviceLookup | None = None,
-    source: str | None = None,
-    ipamclaims: IpamClaimGetter | None = None,
-) -> Resolved:
-    """Resolve one ResourceClaim object into its PreparedClaim record, without the state lock.
+@dataclass(frozen=True, kw_only=True)
+class Resolver:
+    """How this node resolves claims: the settings ``resolve_claim`` and ``pin_addresses`` take,
+    gathered once (by the service, ``dracni prepare``, the network driver) and handed around.
 
-    Keyed by claim UID (``<namespace>/<name>`` for a claim without one, which always fails).
-    ``source``: the manifest file the claim came from (clusterless use).  ``ipamclaims`` reads
-    an IPAMClaim (namespace, name) for attachments that name one; without it (clusterless use)
-    such an attachment fails to prepare.  ``policy`` and ``devices``: see ``resolve_claim``;
-    the IPAM of claim configs keeps its files in the state dir's ``ipam/``.  Safe to call for
-    several claims at once (it reads the API server and netlink, and writes nothing).
+    ``node``, ``policy`` and ``devices``: see ``resolve_claim``; the IPAM of claim configs keeps
+    its files in ``state``'s ``ipam/``.  ``ipamclaims`` reads an IPAMClaim (namespace, name) for
+    attachments that name one; without it (clusterless use) such an attachment fails to prepare.
     """
-    key = _claim_key(claim)
-    try:
-        record = resolve_claim(
-            claim,
-            driver=driver,
-            node=node,
-            policy=policy,
-            devices=devices,
-            ipam_dir=state.ipam_dir,
-            source=source,
-        )
-        pin_addresses(claim, record, driver=driver, ipamclaims=ipamclaims)
-    except ClaimError as exc:
-        return Resolved(key, PrepareResult(error=str(exc)))
-    except Exception as exc:  # a bug must not fail the other claims of the call
-        log.exception("preparing claim %s failed", key)
-        return Resolved(key, PrepareResult(error=f"internal error: {type(exc).__name__}: {exc}"))
-    return Resolved(key, PrepareResult(devices=[_device_key(d) for d in record["devices"]]), record)
+
+    state: StateDir
+    driver: str
+    node: str | None = None
+    policy: TenantPolicy | None = None
+    devices: DeviceLookup | None = None
+    ipamclaims: IpamClaimGetter | None = None
+
+    def resolve(self, claim: dict[str, Any], source: str | None = None) -> Resolved:
+        """Resolve one ResourceClaim object into its PreparedClaim record, without the state lock.
+
+        Keyed by claim UID (``<namespace>/<name>`` for a claim without one, which always fails).
+        ``source``: the manifest file the claim came from (clusterless use).  Safe to call for
+        several claims at once (it reads the API server and netlink, and writes nothing).
+        """
+        key = _claim_key(claim)
+        try:
+            record = resolve_claim(
+                claim,
+                driver=self.driver,
+                node=self.node,
+                policy=self.policy,
+                devices=self.devices,
+                ipam_dir=self.state.ipam_dir,
+                source=source,
+            )
+            pin_addresses(claim, record, driver=self.driver, ipamclaims=self.ipamclaims)
+        except ClaimError as exc:
+            return Resolved(key, PrepareResult(error=str(exc)))
+        except Exception as exc:  # a bug must not fail the other claims of the call
+            log.exception("preparing claim %s failed", key)
+            return Resolved(key, PrepareResult(error=f"internal error: {type(exc).__name__}: {exc}"))
+        return Resolved(key, PrepareResult(devices=[_device_key(d) for d in record["devices"]]), record)
 
 
 def store_prepared(state: StateDir, resolved: list[Resolved]) -> dict[str, PrepareResult]:
@@ -98,34 +102,14 @@ def store_prepared(state: StateDir, resolved: list[Resolved]) -> dict[str, Prepa
 
 
 def prepare_claims(
-    state: StateDir,
-    claims: list[dict[str, Any]],
-    *,
-    driver: str,
-    node: str | None = None,
-    policy: TenantPolicy | None = None,
-    devices: DeviceLookup | None = None,
-    sources: dict[str, str | None] | None = None,
-    ipamclaims: IpamClaimGetter | None = None,
+    resolver: Resolver, claims: list[dict[str, Any]], *, sources: dict[str, str | None] | None = None
 ) -> dict[str, PrepareResult]:
-    """Resolve each claim (``resolve_for_node``) and store the records (``store_prepared``).
-
-    ``sources`` maps a claim UID to the manifest file it came from (clusterless use).
+    """Resolve each claim (``Resolver.resolve``) and store the records in ``resolver.state``
+    (``store_prepared``).  ``sources`` maps a claim UID to the manifest file it came from
+    (clusterless use).
     """
-    resolved = [
-        resolve_for_node(
-            claim,
-            state=state,
-            driver=driver,
-            node=node,
-            policy=policy,
-            devices=devices,
-            source=(sources or {}).get(_claim_key(claim)),
-            ipamclaims=ipamclaims,
-        )
-        for claim in claims
-    ]
-    return store_prepared(state, resolved)
+    resolved = [resolver.resolve(claim, (sources or {}).get(_claim_key(claim))) for claim in claims]
+    return store_prepared(resolver.state, resolved)
 
 
 def unprepare_claims(state: StateDir, uids: list[str]) -> dict[str, str | None]:

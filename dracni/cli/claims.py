@@ -4,6 +4,7 @@ files, show the state dir, validate parameters."""
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,14 +12,16 @@ from .. import jsonio
 from .options import (
     driver_option,
     manifests_at,
-    nic_sharing,
     policy_options,
     select_claims,
     sharing_options,
     state_at,
     state_dir_option,
-    tenant_policy,
 )
+
+if TYPE_CHECKING:
+    from ..inventory.sharing import Sharing
+    from ..policy.config import TenantPolicy
 
 
 @click.command()
@@ -40,13 +43,8 @@ def prepare(
     claims_path: str,
     names: tuple[str, ...],
     node: str | None,
-    policy_file: str | None,
-    claim_configs: str | None,
-    allow_types: tuple[str, ...],
-    allow_ipam_types: tuple[str, ...],
-    sharing_rules: tuple[str, ...],
-    nic_slots: str,
-    max_attachments: str,
+    policy: TenantPolicy,
+    sharing: Sharing,
     nic_netns: str | None,
     state_dir: str,
     driver: str,
@@ -57,25 +55,19 @@ def prepare(
     are allocated from this node's pool, and the tenant policy.
     """
     from ..claims.driver import network_plugin
+    from ..claims.prepare import Resolver
     from ..inventory.lookup import NodeDevices
     from ..kubelet.answers import uid_problem
     from ..kubelet.driver import ClaimRef
 
-    policy = tenant_policy(policy_file, claim_configs, allow_types, allow_ipam_types)
     source = manifests_at(claims_path)
     refs = [
         ClaimRef(c["metadata"]["namespace"], c["metadata"]["uid"], c["metadata"]["name"])
         for c in select_claims(source, names)
     ]
-    helper, _ = network_plugin(
-        state=state_at(state_dir),
-        claims=source,
-        driver=driver,
-        node=node,
-        policy=policy,
-        devices=NodeDevices(netns=nic_netns, sharing=nic_sharing(sharing_rules, nic_slots, max_attachments)),
-        source_path=source.path_of,
-    )
+    lookup = NodeDevices(netns=nic_netns, sharing=sharing)
+    resolver = Resolver(state=state_at(state_dir), driver=driver, node=node, policy=policy, devices=lookup)
+    helper, _ = network_plugin(resolver, claims=source, source_path=source.path_of)
     failed = len(source.skipped)
     for message in source.skipped:
         click.echo(f"error: {message}", err=True)
@@ -107,6 +99,7 @@ def unprepare(claims_path: str | None, uids: tuple[str, ...], names: tuple[str, 
     locked and unprepared by the same driver code.
     """
     from ..claims.driver import network_plugin
+    from ..claims.prepare import Resolver
     from ..defaults import DRIVER  # unprepare goes by UID alone: no driver's results to read
     from ..kubelet.driver import ClaimRef
 
@@ -119,7 +112,7 @@ def unprepare(claims_path: str | None, uids: tuple[str, ...], names: tuple[str, 
         ]
     if not targets:
         raise click.UsageError("give CLAIMS_PATH or --uid")
-    helper, _ = network_plugin(state=state_at(state_dir), claims=source or _NoClaims(), driver=DRIVER, node=None)
+    helper, _ = network_plugin(Resolver(state=state_at(state_dir), driver=DRIVER), claims=source or _NoClaims())
     failed = 0
     for uid, error in helper.unprepare(targets, report=False).items():  # reported here
         if error:
@@ -224,14 +217,7 @@ def inspect(state_dir: str, as_json: bool) -> None:
 @click.argument("path", type=click.Path(exists=True))
 @policy_options
 @driver_option
-def validate(
-    path: str,
-    policy_file: str | None,
-    claim_configs: str | None,
-    allow_types: tuple[str, ...],
-    allow_ipam_types: tuple[str, ...],
-    driver: str,
-) -> None:
+def validate(path: str, policy: TenantPolicy, driver: str) -> None:
     """Validate claim parameters under the tenant policy, as prepare would.
 
     PATH is a parameters file (YAML/JSON) or a file of manifests: ResourceClaims,
@@ -242,7 +228,6 @@ def validate(
     from ..params import ParameterError
     from ..policy.offline import check_found, class_networks, configs_in
 
-    policy = tenant_policy(policy_file, claim_configs, allow_types, allow_ipam_types)
     try:
         docs = [d for d in read_documents(path) if d is not None]
     except ClaimSourceError as exc:

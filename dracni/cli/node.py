@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import click
 
 from .. import defaults
-from .options import driver_option, nic_sharing, sharing_options, shown
+from .options import driver_option, sharing_options, shown
+
+if TYPE_CHECKING:
+    from ..inventory.sharing import Sharing
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -245,9 +248,7 @@ def uninstall(bin_dir: str, conf_dir: str, conf_file: str) -> None:
 def inventory(
     driver: str,
     node_name: str | None,
-    sharing_rules: tuple[str, ...],
-    nic_slots: str,
-    max_attachments: str,
+    sharing: Sharing,
     nic_include: tuple[str, ...],
     nic_exclude: tuple[str, ...],
     nic_netns: str | None,
@@ -261,7 +262,6 @@ def inventory(
     from ..inventory.nics import discover_nics, eligible
     from ..inventory.slices import build_slices
 
-    sharing = nic_sharing(sharing_rules, nic_slots, max_attachments)
     if without_consumable_capacity:
         sharing = sharing.without_consumable_capacity()
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -36,61 +37,91 @@ driver_option = shown(
 )  # fmt: skip
 
 
-def policy_options(command: F) -> F:
-    """The tenant policy's settings (docs/security.md); ``tenant_policy`` turns them into one."""
-    options = [
-        click.option(
-            "--policy-file",
-            envvar="DRACNI_POLICY_FILE",
-            default=None,
-            metavar="PATH",
-            help="Tenant policy: a YAML/JSON file, or a directory of one file per key (a mounted "
-            "ConfigMap) with claimConfigs, pluginTypes, ipamTypes.  Default: the safe defaults.",
-        ),
-        click.option(
-            "--claim-configs",
-            type=click.Choice(["profiles", "full"]),
-            envvar="DRACNI_CLAIM_CONFIGS",
-            default=None,
-            help="profiles (default): claims choose a DeviceClass network by name; full: claims may "
-            "also bring their own CNI config, under the allowlists.",
-        ),
-        click.option(
-            "--allow-type",
-            "allow_types",
-            multiple=True,
-            metavar="TYPE",
-            help="Also allow this plugin type in claim configs (repeatable). Env: DRACNI_ALLOWED_TYPES (commas).",
-        ),
-        click.option(
-            "--allow-ipam-type",
-            "allow_ipam_types",
-            multiple=True,
-            metavar="TYPE",
-            help="Also allow this IPAM type in claim configs (repeatable). Env: DRACNI_ALLOWED_IPAM_TYPES.",
-        ),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+#: The tenant policy's settings (docs/security.md), in ``--help`` order.
+_POLICY_OPTIONS = [
+    click.option(
+        "--policy-file",
+        envvar="DRACNI_POLICY_FILE",
+        default=None,
+        metavar="PATH",
+        help="Tenant policy: a YAML/JSON file, or a directory of one file per key (a mounted "
+        "ConfigMap) with claimConfigs, pluginTypes, ipamTypes.  Default: the safe defaults.",
+    ),
+    click.option(
+        "--claim-configs",
+        type=click.Choice(["profiles", "full"]),
+        envvar="DRACNI_CLAIM_CONFIGS",
+        default=None,
+        help="profiles (default): claims choose a DeviceClass network by name; full: claims may "
+        "also bring their own CNI config, under the allowlists.",
+    ),
+    click.option(
+        "--allow-type",
+        "allow_types",
+        multiple=True,
+        metavar="TYPE",
+        help="Also allow this plugin type in claim configs (repeatable). Env: DRACNI_ALLOWED_TYPES (commas).",
+    ),
+    click.option(
+        "--allow-ipam-type",
+        "allow_ipam_types",
+        multiple=True,
+        metavar="TYPE",
+        help="Also allow this IPAM type in claim configs (repeatable). Env: DRACNI_ALLOWED_IPAM_TYPES.",
+    ),
+]
+
+#: How NICs are offered (inventory/sharing.py), in ``--help`` order.
+_SHARING_OPTIONS = [
+    click.option(
+        "--nic-sharing",
+        "sharing_rules",
+        multiple=True,
+        metavar="GLOB=MODE",
+        help="Offer matching NICs as exclusive (one claim at a time; host-device), shared "
+        "(many claims, consumable capacity) or slots (N devices per NIC); first match wins; "
+        "others: shared, or slots where the API server lacks consumable capacity. Env: "
+        "DRACNI_NIC_SHARING (commas).",
+    ),
+    shown("--nic-slots", "16", "Devices per NIC in slots mode.", envvar="DRACNI_NIC_SLOTS"),
+    shown("--max-attachments", "64", "Attachments a shared NIC takes.", envvar="DRACNI_MAX_ATTACHMENTS"),
+]
 
 
-def sharing_options(command: F) -> F:
-    """How NICs are offered (inventory/sharing.py); ``nic_sharing`` turns them into one."""
-    options = [
-        click.option(
-            "--nic-sharing",
-            "sharing_rules",
-            multiple=True,
-            metavar="GLOB=MODE",
-            help="Offer matching NICs as exclusive (one claim at a time; host-device), shared "
-            "(many claims, consumable capacity) or slots (N devices per NIC); first match wins; "
-            "others: shared, or slots where the API server lacks consumable capacity. Env: "
-            "DRACNI_NIC_SHARING (commas).",
-        ),
-        shown("--nic-slots", "16", "Devices per NIC in slots mode.", envvar="DRACNI_NIC_SLOTS"),
-        shown("--max-attachments", "64", "Attachments a shared NIC takes.", envvar="DRACNI_MAX_ATTACHMENTS"),
-    ]
+def policy_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The tenant policy's settings, handed to the command as ONE parameter, ``policy:
+    TenantPolicy`` (``tenant_policy``), before the command runs: a bad policy stops it first.
+    Above ``sharing_options``, the policy is read before the sharing."""
+
+    @functools.wraps(command)
+    def with_policy(
+        *args: Any,
+        policy_file: str | None,
+        claim_configs: str | None,
+        allow_types: tuple[str, ...],
+        allow_ipam_types: tuple[str, ...],
+        **kwargs: Any,
+    ) -> Any:
+        return command(*args, policy=tenant_policy(policy_file, claim_configs, allow_types, allow_ipam_types), **kwargs)
+
+    return _under(_POLICY_OPTIONS, with_policy)
+
+
+def sharing_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """How NICs are offered, handed to the command as ONE parameter, ``sharing: Sharing``
+    (``nic_sharing``), before the command runs: a bad rule stops it first."""
+
+    @functools.wraps(command)
+    def with_sharing(
+        *args: Any, sharing_rules: tuple[str, ...], nic_slots: str, max_attachments: str, **kwargs: Any
+    ) -> Any:
+        return command(*args, sharing=nic_sharing(sharing_rules, nic_slots, max_attachments), **kwargs)
+
+    return _under(_SHARING_OPTIONS, with_sharing)
+
+
+def _under(options: list[Callable[[F], F]], command: Callable[..., Any]) -> Callable[..., Any]:
+    """``command`` with ``options``, listed in ``--help`` in their order."""
     for option in reversed(options):
         command = option(command)
     return command

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from .. import defaults
 from .options import (
     driver_option,
-    nic_sharing,
     policy_options,
     sharing_options,
     shown,
     state_dir_option,
-    tenant_policy,
 )
+
+if TYPE_CHECKING:
+    from ..inventory.sharing import Sharing
+    from ..policy.config import TenantPolicy
 
 
 @click.command("kubelet-plugin")
@@ -74,13 +78,8 @@ def kubelet_plugin(
     health_address: str,
     log_format: str,
     log_level: str,
-    policy_file: str | None,
-    claim_configs: str | None,
-    allow_types: tuple[str, ...],
-    allow_ipam_types: tuple[str, ...],
-    sharing_rules: tuple[str, ...],
-    nic_slots: str,
-    max_attachments: str,
+    policy: TenantPolicy,
+    sharing: Sharing,
     nic_include: tuple[str, ...],
     nic_exclude: tuple[str, ...],
     publish_slices: bool,
@@ -91,8 +90,6 @@ def kubelet_plugin(
     from ..service.logs import setup_logging
     from ..service.main import Service, ServiceOptions
 
-    policy = tenant_policy(policy_file, claim_configs, allow_types, allow_ipam_types)
-    sharing = nic_sharing(sharing_rules, nic_slots, max_attachments)
     setup_logging(log_format, log_level)
     opts = ServiceOptions(
         driver=driver,

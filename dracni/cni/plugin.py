@@ -65,16 +65,7 @@ class MetaPlugin:
         if earlier is not None:  # an earlier attempt failed or was killed: undo what it made first
             self._undo_earlier(earlier)
         planned = plan(claims, req.ifname, self._names_in_use())
-        record = R.new_attachment(
-            network=req.network,
-            container_id=req.container_id,
-            ifname=req.ifname,
-            netns=req.netns,
-            cni_args=req.args,
-            cni_version=req.cni_version,
-            updated_at=now_rfc3339(),
-            pod={"uid": req.pod_uid, "namespace": req.pod_namespace, "name": req.pod_name},
-        )
+        record = R.new_attachment(req, now_rfc3339())
         for d in planned:
             record["devices"].append(R.attached_device(d.claim, d.driver, d.spec, d.ifname, self._chain_of(d)))
         # Write-ahead: DEL must find this record even if we die half-way through.

@@ -179,8 +179,7 @@ class DeviceHealthReporter:
         #: Streams send nothing before this is true (e.g. the slices are published), so their
         #: first message lists every device the node offers.
         self.ready = ready
-        self.monitor = links if links is not None else LinkDB(netns)
-        self._owns_monitor = links is None
+        self.monitor, self._owns_monitor = LinkDB.shared_or_own(links, netns)
         self._cond = threading.Condition()
         self._version = 0
         self._devices: tuple[DeviceHealth, ...] = ()

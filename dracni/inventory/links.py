@@ -256,6 +256,12 @@ class LinkDB:
         self._parser: Any = None
         self._seq = 0
 
+    @classmethod
+    def shared_or_own(cls, links: LinkDB | None, netns: str | None) -> tuple[LinkDB, bool]:
+        """(database, owned): the shared ``links`` (its owner, the service, starts and stops it),
+        else a database of our own for ``netns``, which the caller starts and stops (owned)."""
+        return (links, False) if links is not None else (cls(netns), True)
+
     def subscribe(self, callback: Callable[[bool], None]) -> None:
         with self._lock:
             self._subscribers.append(callback)

@@ -24,7 +24,7 @@ import fnmatch
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .links import LinkDB, LinkState, link_problems
@@ -266,6 +266,10 @@ def hardware_facts(
 
 # -- netlink facts + sysfs facts -------------------------------------------------------------------
 
+#: What a Nic takes as it is from netlink's ``LinkState``: the fields both have (name, index,
+#: MAC, MTU, kind, states, link type, altnames); ``master`` names the link ``master_index`` is.
+_LINK_FIELDS = tuple(f.name for f in fields(Nic) if f.name in {f.name for f in fields(LinkState)})
+
 
 def nics_from(links: Iterable[LinkState], sysfs_root: str = "/sys") -> list[Nic]:
     """The NICs of ``links`` (one namespace's, from ``links.LinkDB``), with their hardware
@@ -285,22 +289,8 @@ def nics_from(links: Iterable[LinkState], sysfs_root: str = "/sys") -> list[Nic]
         facts = asdict(hw)
         if hw.virtual is None:  # no usable sysfs entry: a link kind or loopback says virtual, else False
             facts["virtual"] = bool(link.kind) or link.link_type == ARPHRD_LOOPBACK
-        nics.append(
-            Nic(
-                name=link.name,
-                index=link.index,
-                mac=link.mac,
-                mtu=link.mtu,
-                kind=link.kind,
-                oper_state=link.oper_state,
-                admin_up=link.admin_up,
-                carrier=link.carrier,
-                link_type=link.link_type,
-                master=names.get(link.master_index) if link.master_index else None,
-                alt_names=link.alt_names,
-                **facts,
-            )
-        )
+        master = names.get(link.master_index) if link.master_index else None
+        nics.append(Nic(**{name: getattr(link, name) for name in _LINK_FIELDS}, master=master, **facts))
     nics.sort(key=lambda n: n.index)
     return nics
 

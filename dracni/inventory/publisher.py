@@ -92,8 +92,7 @@ class SlicePublisher:
         self.sysfs_root = sysfs_root
         #: the node's links (a shared database the service starts; else one of our own, which
         #: ``run`` starts and stops)
-        self.links = links if links is not None else LinkDB(netns)
-        self._owns_links = links is None
+        self.links, self._owns_links = LinkDB.shared_or_own(links, netns)
         self.selector = f"spec.nodeName={node},spec.driver={driver}"
         self.generation = 0
         self.published = threading.Event()

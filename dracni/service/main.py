@@ -58,6 +58,7 @@ class Service:
     def __init__(self, opts: ServiceOptions) -> None:
         from ..claims.api_source import ApiClaimSource
         from ..claims.driver import network_plugin
+        from ..claims.prepare import Resolver
         from ..claims.shared_claims import SharedClaimPods
         from ..inventory.health import DeviceHealthReporter, DiscoveredOffers
         from ..inventory.links import LinkDB
@@ -126,14 +127,17 @@ class Service:
         )
         #: kubelet's calls go through the generic helper to dracni's network driver; the
         #: observer counts them and puts a Warning Event on each claim that failed to prepare
-        self.helper, self.network = network_plugin(
+        resolver = Resolver(
             state=self.state,
-            claims=self.claims,
             driver=opts.driver,
             node=opts.node,
             policy=opts.policy,
             devices=self.devices,
             ipamclaims=self.api.get_ipamclaim,
+        )
+        self.helper, self.network = network_plugin(
+            resolver,
+            claims=self.claims,
             observer=ServiceObserver(self.events),
         )
         #: pods that join a claim kubelet already prepared here (it prepares a claim only once);

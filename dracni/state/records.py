@@ -20,7 +20,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~7 ms to import: the shapes exist for the type checker only
-    from typing import Any, Literal, NotRequired, TypedDict
+    from typing import Any, Literal, NotRequired, Protocol, TypedDict
 
     from .facts import ClaimRef
 
@@ -95,6 +95,25 @@ if TYPE_CHECKING:  # typing costs ~7 ms to import: the shapes exist for the type
         uid: str | None
         namespace: str | None
         name: str | None
+
+    class CniCall(Protocol):
+        """The CNI call an Attachment records (``cni/request.py Request``): the runtime's
+        network, container, interface, namespace, CNI_ARGS (``args``) and version, and the pod
+        CNI_ARGS names."""
+
+        network: str
+        container_id: str
+        ifname: str
+        netns: str
+        args: str
+        cni_version: str
+
+        @property
+        def pod_uid(self) -> str | None: ...
+        @property
+        def pod_namespace(self) -> str | None: ...
+        @property
+        def pod_name(self) -> str | None: ...
 
     class Attachment(TypedDict):
         kind: Literal["Attachment"]
@@ -208,27 +227,18 @@ def cni_error(code: int, msg: str, details: str = "") -> CniError:
     return {"code": code, "msg": msg, "details": details}
 
 
-def new_attachment(
-    *,
-    network: str,
-    container_id: str,
-    ifname: str,
-    netns: str,
-    cni_args: str,
-    cni_version: str,
-    pod: PodIdentity,
-    updated_at: str,
-) -> Attachment:
-    """An Attachment in state ``adding``, before any delegate ran (the write-ahead record)."""
+def new_attachment(call: CniCall, updated_at: str) -> Attachment:
+    """An Attachment in state ``adding``, before any delegate ran (the write-ahead record) of
+    the CNI ADD ``call``."""
     return {
         "kind": "Attachment",
-        "network": network,
-        "containerID": container_id,
-        "ifName": ifname,
-        "netns": netns,
-        "cniArgs": cni_args,
-        "cniVersion": cni_version,
-        "pod": pod,
+        "network": call.network,
+        "containerID": call.container_id,
+        "ifName": call.ifname,
+        "netns": call.netns,
+        "cniArgs": call.args,
+        "cniVersion": call.cni_version,
+        "pod": {"uid": call.pod_uid, "namespace": call.pod_namespace, "name": call.pod_name},
         "state": "adding",
         "error": None,
         "updatedAt": updated_at,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dracni.claims.manifests import ManifestClaimSource
-from dracni.claims.prepare import prepare_claims, unprepare_claims
+from dracni.claims.prepare import Resolver, prepare_claims, unprepare_claims
 from dracni.kubelet.driver import PrepareResult as PrepareOutcome
 from dracni.policy.binding import DeviceFacts
 from dracni.policy.config import DEFAULT_PLUGIN_TYPES, TenantPolicy
@@ -56,8 +56,10 @@ def state(tmp_path: Path) -> StateDir:
     return StateDir(str(tmp_path / "state"))
 
 
-def prepare(state: StateDir, claims: list[dict], **kwargs: Any) -> dict[str, PrepareOutcome]:
-    return prepare_claims(state, claims, driver=DRIVER, **kwargs)
+def prepare(
+    state: StateDir, claims: list[dict], *, sources: dict[str, str | None] | None = None, **kwargs: Any
+) -> dict[str, PrepareOutcome]:
+    return prepare_claims(Resolver(state=state, driver=DRIVER, **kwargs), claims, sources=sources)
 
 
 def test_prepare_stores_record_and_pod_index(state: StateDir) -> None:

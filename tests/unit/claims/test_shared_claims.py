@@ -10,6 +10,7 @@ import pytest
 
 from dracni.claims.api_source import ApiClaimSource
 from dracni.claims.driver import network_plugin
+from dracni.claims.prepare import Resolver
 from dracni.claims.shared_claims import SharedClaimPods, claim_names
 from dracni.kube.api import KubeApi
 from dracni.kubelet.driver import ClaimRef
@@ -43,7 +44,7 @@ def reserve(fake: FakeApiServer, claim: dict, *pods: tuple[str, str]) -> None:
 @pytest.fixture
 def lab(fake, api, tmp_path):
     state = StateDir(str(tmp_path / "state"))
-    helper, _ = network_plugin(state=state, claims=ApiClaimSource(api), driver=DRIVER, node=NODE)
+    helper, _ = network_plugin(Resolver(state=state, driver=DRIVER, node=NODE), claims=ApiClaimSource(api))
     stop = threading.Event()
     watcher = SharedClaimPods(api, state, NODE, helper.prepare)
     thread = threading.Thread(target=watcher.run, args=(stop,), daemon=True)

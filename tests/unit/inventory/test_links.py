@@ -136,6 +136,16 @@ def test_a_failing_subscriber_does_not_stop_the_others(node):
         db.stop()
 
 
+def test_a_shared_database_is_used_as_it_is_else_one_of_our_own():
+    """The publisher and the health reporter share the service's database (its owner starts and
+    stops it), else each makes, starts and stops its own."""
+    shared = LinkDB("/run/netns/x")
+    assert LinkDB.shared_or_own(shared, "/run/netns/y") == (shared, False)
+    own, owned = LinkDB.shared_or_own(None, "/run/netns/y")
+    assert owned and own is not shared and own.netns == "/run/netns/y"
+    assert not own.running()
+
+
 @needs_netns
 def test_a_missing_namespace_fails_the_start_and_is_not_created():
     path = str(NETNS_RUN / f"dracni-links-absent-{os.getpid()}")

@@ -20,7 +20,15 @@ from pathlib import Path
 import pytest
 
 from dracni.inventory import links as links_mod
-from dracni.inventory.nics import DEFAULT_EXCLUDED_KINDS, HardwareFacts, Nic, discover_nics, eligible, hardware_facts
+from dracni.inventory.nics import (
+    DEFAULT_EXCLUDED_KINDS,
+    HardwareFacts,
+    Nic,
+    discover_nics,
+    eligible,
+    hardware_facts,
+    nics_from,
+)
 from tests.harness import NETNS_RUN, Netns, ip
 
 REPO = Path(__file__).resolve().parents[3]
@@ -178,6 +186,20 @@ def test_carrier_and_link_down_follow_the_link(lab, tmp_path):
 )
 def test_link_down(fields, down):
     assert Nic("eth1", 2, **fields).link_down is down
+
+
+def test_a_nic_carries_its_links_netlink_facts(tmp_path):
+    """Every field a Nic shares with netlink's LinkState comes from the link as it is; the
+    master index becomes the master's name."""
+    bond = links_mod.LinkState("bond0", 7, admin_up=True, oper_state="up", carrier=True, kind="bond")
+    link = links_mod.LinkState(
+        "eth3", 9, admin_up=False, oper_state="lowerlayerdown", carrier=None, mac="02:00:00:00:00:09", mtu=9000,
+        kind="veth", link_type=1, master_index=7, alt_names=("enp9s0",),
+    )  # fmt: skip
+    nic = {n.name: n for n in nics_from([link, bond], sysfs_root=str(tmp_path))}["eth3"]
+    assert (nic.name, nic.index, nic.mac, nic.mtu, nic.kind) == ("eth3", 9, "02:00:00:00:00:09", 9000, "veth")
+    assert (nic.oper_state, nic.admin_up, nic.carrier, nic.link_type) == ("lowerlayerdown", False, None, 1)
+    assert (nic.master, nic.alt_names, nic.virtual) == ("bond0", ("enp9s0",), True)
 
 
 @needs_netns

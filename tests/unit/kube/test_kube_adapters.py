@@ -7,6 +7,7 @@ import pytest
 
 from dracni.claims.api_source import ApiClaimSource
 from dracni.claims.driver import network_plugin
+from dracni.claims.prepare import Resolver
 from dracni.kube.api import ApiError, KubeApi, load_api_client
 from dracni.kube.status_sink import ApiStatusSink
 from dracni.kubelet.driver import ClaimRef
@@ -175,7 +176,7 @@ def test_status_sink_errors_say_whether_to_retry(fake, api):
 
 def test_preparer_checks_uid_pool_and_allocation(fake, api, tmp_path):
     state = StateDir(str(tmp_path / "state"))
-    preparer, _ = network_plugin(state=state, claims=ApiClaimSource(api), driver=DRIVER, node=NODE)
+    preparer, _ = network_plugin(Resolver(state=state, driver=DRIVER, node=NODE), claims=ApiClaimSource(api))
     good = make_claim(fake, "good")
     elsewhere = make_claim(fake, "elsewhere", pool="node-b")
     pending = make_claim(fake, "pending", allocate=False)
@@ -206,7 +207,7 @@ def test_a_claim_re_reserved_for_a_new_pod_is_prepared_for_that_pod(fake, api, t
     fake.set_claim_allocation(
         "default", "reused", claim["status"]["allocation"], [{"resource": "pods", "name": "next", "uid": "pod-uid-2"}]
     )
-    preparer, _ = network_plugin(state=state, claims=ApiClaimSource(api), driver=DRIVER, node=NODE)
+    preparer, _ = network_plugin(Resolver(state=state, driver=DRIVER, node=NODE), claims=ApiClaimSource(api))
 
     assert preparer.prepare([ref(claim)])[claim["metadata"]["uid"]].error is None
     assert state.pod_claim_uids("pod-uid-2", None, None) == [claim["metadata"]["uid"]]
@@ -300,9 +301,8 @@ def test_the_claims_of_a_batch_are_read_at_the_same_time(fake, api, tmp_path):
     claims = [make_claim(fake, name) for name in ("a", "b", "c")]
     barrier = threading.Barrier(3, timeout=10)
     _gate_claim_gets(fake, lambda _name: barrier.wait())
-    preparer, _ = network_plugin(
-        state=StateDir(str(tmp_path / "state")), claims=ApiClaimSource(api), driver=DRIVER, node=NODE
-    )
+    resolver = Resolver(state=StateDir(str(tmp_path / "state")), driver=DRIVER, node=NODE)
+    preparer, _ = network_plugin(resolver, claims=ApiClaimSource(api))
     try:
         outcomes = preparer.prepare([ref(c) for c in claims])
     finally:
@@ -327,7 +327,7 @@ def test_a_slow_claim_holds_up_no_other_claim(fake, api, tmp_path):
 
     _gate_claim_gets(fake, gate)
     state = StateDir(str(tmp_path / "state"))
-    preparer, _ = network_plugin(state=state, claims=ApiClaimSource(api), driver=DRIVER, node=NODE)
+    preparer, _ = network_plugin(Resolver(state=state, driver=DRIVER, node=NODE), claims=ApiClaimSource(api))
     slow_outcome: dict = {}
     worker = threading.Thread(target=lambda: slow_outcome.update(preparer.prepare([ref(slow)])))
     worker.start()

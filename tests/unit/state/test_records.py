@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import jsonschema
@@ -43,16 +44,18 @@ def spec(**extra: Any) -> Any:
 
 
 def attachment(state: str = "ready", **device_extra: Any) -> Any:
-    record = R.new_attachment(
+    call = SimpleNamespace(
         network="podnet",
         container_id="c0ffee",
         ifname="eth0",
         netns="/var/run/netns/p",
-        cni_args="K8S_POD_UID=pod-1",
+        args="K8S_POD_UID=pod-1",
         cni_version="1.1.0",
-        pod={"uid": "pod-1", "namespace": "default", "name": "web-0"},
-        updated_at="2026-11-23T20:00:00Z",
+        pod_uid="pod-1",
+        pod_namespace="default",
+        pod_name="web-0",
     )
+    record = R.new_attachment(call, "2026-11-23T20:00:00Z")
     delegate = {
         "type": "macvlan",
         "cniVersion": "1.0.0",
