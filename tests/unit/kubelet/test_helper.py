@@ -250,7 +250,8 @@ def test_dracni_unprepare_goes_through_the_helper(tmp_path):
     gets its own error, and the other claims are still unprepared (alone, the state dir refuses
     the whole batch over it)."""
     from dracni.cli import main as cli
-    from dracni.state.records import claim_ref, new_prepared_claim
+    from dracni.state.facts import claim_ref
+    from dracni.state.records import new_prepared_claim
     from dracni.state.store import StateDir
 
     state = StateDir(str(tmp_path / "state"))
