@@ -22,10 +22,8 @@ Not on the CNI hot path; pyroute2 is imported lazily, on the first message parse
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import logging
-import os
 import select
 import socket
 import struct
@@ -34,6 +32,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from ..netns import in_netns
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,6 @@ _NLMSG_ERROR, _NLMSG_DONE = 2, 3
 _RTM_NEWLINK, _RTM_DELLINK, _RTM_GETLINK = 16, 17, 18
 _NLM_F_REQUEST, _NLM_F_DUMP = 0x1, 0x300
 _IFF_UP = 0x1
-_CLONE_NEWNET = 0x40000000
 _RCVBUF = 1 << 20
 _RECV = 1 << 16
 
@@ -140,13 +139,6 @@ def link_state(msg: Any) -> LinkState:
 # -- the socket -----------------------------------------------------------------------------------
 
 
-def _setns(fd: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.setns(fd, _CLONE_NEWNET) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"setns: {os.strerror(code)}")
-
-
 def _route_socket(groups: int) -> socket.socket:
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, _NETLINK_ROUTE)
     try:
@@ -164,26 +156,7 @@ def open_route_socket(netns: str | None = None, *, groups: int = 0) -> socket.so
     missing path raises FileNotFoundError and is never created."""
     if netns is None:
         return _route_socket(groups)
-    result: list[Any] = []
-
-    def enter() -> None:
-        try:
-            fd = os.open(netns, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                _setns(fd)
-            finally:
-                os.close(fd)
-            result.append(_route_socket(groups))
-        except BaseException as exc:  # handed to the caller
-            result.append(exc)
-
-    thread = threading.Thread(target=enter, name="netns-enter", daemon=True)
-    thread.start()
-    thread.join()
-    if isinstance(result[0], BaseException):
-        raise result[0]
-    sock: socket.socket = result[0]
-    return sock
+    return in_netns(netns, lambda: _route_socket(groups))
 
 
 def _dump_request(seq: int) -> bytes:
