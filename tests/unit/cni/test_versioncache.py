@@ -10,32 +10,9 @@ import json
 import os
 from pathlib import Path
 
-import jsonschema
-import pytest
-
 from dracni.cni.delegate import DelegateRunner
 from dracni.cni.versioncache import PluginVersionCache
 from dracni.state.store import StateDir
-
-REPO = Path(__file__).resolve().parents[3]
-SCHEMA_PATH = REPO / "spec" / "state-records.schema.json"
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    return tmp_path / "state"
-
-
-@pytest.fixture
-def state(root: Path) -> StateDir:
-    return StateDir(str(root))
-
-
-@pytest.fixture(scope="module")
-def validator() -> jsonschema.Draft202012Validator:
-    schema = json.loads(SCHEMA_PATH.read_text())
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
 
 
 def test_plugin_version_cache_record_validates_against_the_schema(

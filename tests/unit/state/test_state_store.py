@@ -17,7 +17,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import jsonschema
 import pytest
 
 from dracni.state.store import SCHEMA_VERSION, BadRecord, StateDir, StateError
@@ -27,23 +26,6 @@ SCHEMA_PATH = REPO / "spec" / "state-records.schema.json"
 
 
 # -- helpers ------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    return tmp_path / "state"
-
-
-@pytest.fixture
-def state(root: Path) -> StateDir:
-    return StateDir(str(root))
-
-
-@pytest.fixture(scope="module")
-def validator() -> jsonschema.Draft202012Validator:
-    schema = json.loads(SCHEMA_PATH.read_text())
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
 
 
 def mode(path: Path | str) -> int:
