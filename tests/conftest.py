@@ -24,6 +24,15 @@ import pytest
 from tests import procs
 
 REPO = Path(__file__).resolve().parents[1]
+
+#: gRPC core's fork handlers (on by default) make a child forked while an earlier test's gRPC
+#: threads still live abort before its exec (SIGABRT: "exit code -6" from a delegate).  This
+#: process forks delegates as the CNI plugin does (tests/unit/cni) after other tests ran gRPC
+#: clients and servers in it.  The CNI plugin never loads gRPC and the service never forks
+#: (tests/integration/test_link_watch.py), so only the test process turns them off, before any
+#: test imports grpc; the service is started without it (tests/integration/service.py).
+GRPC_FORK_SUPPORT = "GRPC_ENABLE_FORK_SUPPORT"
+os.environ.setdefault(GRPC_FORK_SUPPORT, "false")
 LEFTOVERS = pytest.StashKey[list[tuple[str, procs.Proc, bool]]]()  # (test, process, dracni?)
 
 

@@ -92,7 +92,9 @@ class ServiceProcess:
                 stdout=log,
                 stderr=log,
                 process_group=0,
-                env={k: v for k, v in os.environ.items() if not k.startswith("KUBE")},
+                env={
+                    k: v for k, v in os.environ.items() if not k.startswith("KUBE") and k != "GRPC_ENABLE_FORK_SUPPORT"
+                },
             )
         if wait_ready:
             try:
