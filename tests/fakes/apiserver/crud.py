@@ -11,7 +11,8 @@ from typing import Any
 
 from . import field as fe
 from .clock import now_rfc3339
-from .errors import bad_request, conflict, invalid, namespace_not_found
+from .errors import bad_request, conflict, invalid, invalid_options, namespace_not_found
+from .gc import FOREGROUND_FINALIZER, ORPHAN_FINALIZER
 from .managed_fields import ManagerId
 from .names import dns_subdomain_errors
 from .objects import check_url_names, json_equal, merge_patch, require_object, same_object
@@ -116,12 +117,69 @@ def patch_object(
         return update(store, kind, namespace, name, merged, mid)
 
 
-def delete(store: Store, res: Resource, namespace: str, name: str, body: Any) -> Obj:
-    """``DELETE``: with ``preconditions``; an object with finalizers only gets a deletionTimestamp."""
+#: metav1.DeletionPropagation values.
+PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
+
+
+def delete_options(body: Any, query: dict[str, str] | None = None) -> Obj:
+    """The request's ``DeleteOptions``: its body when it has one, else its query parameters
+    (apiserver endpoints/handlers/delete.go ``DeleteResource``), validated as
+    apimachinery meta/v1/validation ``ValidateDeleteOptions`` does (422)."""
+    if isinstance(body, dict) and body:
+        options = dict(body)
+    else:
+        options = {}
+        query = query or {}
+        if "propagationPolicy" in query:
+            options["propagationPolicy"] = query["propagationPolicy"]
+        if "orphanDependents" in query:
+            if query["orphanDependents"] not in ("true", "false", "1", "0"):
+                raise bad_request(f"invalid orphanDependents: {query['orphanDependents']!r}")
+            options["orphanDependents"] = query["orphanDependents"] in ("true", "1")
+    policy = options.get("propagationPolicy")
+    if options.get("orphanDependents") is not None and policy is not None:
+        raise invalid_options(
+            "DeleteOptions",
+            fe.invalid("propagationPolicy", policy, "orphanDependents and deletionPropagation cannot be both set"),
+        )
+    if policy is not None and policy not in PROPAGATION_POLICIES:
+        raise invalid_options(
+            "DeleteOptions", fe.not_supported("propagationPolicy", policy, [*PROPAGATION_POLICIES, "nil"])
+        )
+    return options
+
+
+def _should_orphan(finalizers: list[str], options: Obj) -> bool:
+    """apiserver registry/generic/registry/store.go ``shouldOrphanDependents``: the option, else
+    the object's ``orphan`` finalizer, else the resource's default (``DeleteDependents`` for every
+    resource the fake serves)."""
+    if options.get("orphanDependents") is not None:
+        return bool(options["orphanDependents"])
+    if options.get("propagationPolicy") is not None:
+        return options["propagationPolicy"] == "Orphan"
+    return ORPHAN_FINALIZER in finalizers
+
+
+def _finalizers_for_gc(finalizers: list[str], options: Obj) -> list[str]:
+    """store.go ``deletionFinalizersForGarbageCollection``: both GC finalizers removed, ``orphan``
+    added back when dependents are to be orphaned.  Simplified: ``Foreground`` gets no
+    ``foregroundDeletion`` finalizer (the fake's collector cascades in the background)."""
+    kept = [f for f in finalizers if f not in (ORPHAN_FINALIZER, FOREGROUND_FINALIZER)]
+    return kept + [ORPHAN_FINALIZER] if _should_orphan(finalizers, options) else kept
+
+
+def delete(
+    store: Store, res: Resource, namespace: str, name: str, body: Any, query: dict[str, str] | None = None
+) -> Obj:
+    """``DELETE``: with ``preconditions`` and a propagation policy (``DeleteOptions``); an object
+    with finalizers, the GC's ``orphan`` included, only gets a deletionTimestamp (store.go
+    ``Delete``, ``updateForGracefulDeletionAndFinalizers``).  Its dependents are the garbage
+    collector's (gc.py), which the DELETED or MODIFIED write sets off."""
+    options = delete_options(body, query)
     with store.lock:
         current = store.require(res, namespace, name)
-        preconditions = (body or {}).get("preconditions") if isinstance(body, dict) else None
-        if preconditions:
+        preconditions = options.get("preconditions")
+        if isinstance(preconditions, dict) and preconditions:
             cur_meta = current["metadata"]
             if preconditions.get("uid") and preconditions["uid"] != cur_meta.get("uid"):
                 raise conflict(
@@ -140,18 +198,28 @@ def delete(store: Store, res: Resource, namespace: str, name: str, body: Any) ->
                     f"{preconditions['resourceVersion']}, ResourceVersion in object meta: "
                     f"{cur_meta.get('resourceVersion')}",
                 )
-        if current["metadata"].get("finalizers"):
-            if current["metadata"].get("deletionTimestamp"):
-                return copy.deepcopy(current)
+        finalizers = _finalizers_for_gc(list(current["metadata"].get("finalizers") or []), options)
+        if finalizers:
             new = copy.deepcopy(current)
-            new["metadata"]["deletionTimestamp"] = now_rfc3339()
-            new["metadata"]["deletionGracePeriodSeconds"] = 0
+            new["metadata"]["finalizers"] = finalizers
+            if not new["metadata"].get("deletionTimestamp"):
+                new["metadata"]["deletionTimestamp"] = now_rfc3339()
+                new["metadata"]["deletionGracePeriodSeconds"] = 0
+            if same_object(new, current):
+                return copy.deepcopy(current)
             return store.put(res, namespace, name, new, "MODIFIED", current)
         return store.put(res, namespace, name, copy.deepcopy(current), "DELETED", current)
 
 
-def delete_collection(store: Store, flt: Filter) -> Obj:
-    """``DELETE`` on a collection: each selected object as by ``delete``; the list of them."""
+def delete_collection(store: Store, flt: Filter, body: Any = None, query: dict[str, str] | None = None) -> Obj:
+    """``DELETE`` on a collection: each selected object as by ``delete`` (with the request's
+    ``DeleteOptions``), skipping those gone meanwhile (the garbage collector's cascade: store.go
+    ``DeleteCollection`` ignores NotFound); the list of them."""
+    options = delete_options(body, query)
     with store.lock:
-        deleted = [delete(store, flt.res, ns, name, None) for (_, ns, name), _ in store.matching(flt)]
+        deleted = [
+            delete(store, flt.res, ns, name, options)
+            for (plural, ns, name), _ in store.matching(flt)
+            if (plural, ns, name) in store.objects
+        ]
         return store.list_object(flt.res, deleted)

@@ -119,7 +119,7 @@ def _create(req: Request) -> Reply:
 
 
 def _delete_collection(req: Request) -> Reply:
-    return 200, crud.delete_collection(req.store, req.filter())
+    return 200, crud.delete_collection(req.store, req.filter(), req.record.body, req.query)
 
 
 def _get(req: Request) -> Reply:
@@ -140,7 +140,7 @@ def _update_status(req: Request) -> Reply:
 
 
 def _delete(req: Request) -> Reply:
-    return 200, crud.delete(req.store, req.res, req.namespace, req.name, req.record.body)
+    return 200, crud.delete(req.store, req.res, req.namespace, req.name, req.record.body, req.query)
 
 
 def _patch(req: Request) -> Reply:

@@ -22,6 +22,7 @@ from .claims import ClaimHelpers
 from .core import NodesAndNamespaces
 from .events import EventHelpers
 from .features import FeatureGates
+from .gc import GarbageCollector
 from .http_layer import Handler, HttpFrontend, Injected, RecordedRequest, RequestAttributes, Server
 from .ipamclaims import IpamClaimHelpers
 from .slices import SliceHelpers
@@ -58,6 +59,14 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
     ``compact()``, ``events()``, ``resource_version``, ``fail_next(code, method=, path=, times=)``, ``latency`` (seconds each non-watch request waits),
     ``authorizer`` (``RequestAttributes -> bool``), ``requests``/``requests_to()``/``reset_requests()``,
     ``internal_errors``, ``stop()``/``start()`` (same port, same data), ``close()``.
+
+    The garbage collector (``gc.py``) runs, as kube-controller-manager's does in a cluster:
+    deleting an object (over HTTP or by a helper such as ``delete_node``) deletes its dependents
+    (``metadata.ownerReferences`` naming its UID) that have no other live owner, and drops the
+    dangling reference from those that do; ``propagationPolicy: Orphan`` keeps the dependents and
+    drops their reference instead (``Foreground`` is treated as ``Background``).  Synchronous here,
+    asynchronous upstream: tests must wait for the events, not rely on timing.
+    ``FakeApiServer(garbage_collector=False)`` runs without it.
 
     IPAMClaims (``k8s.cni.cncf.io/v1alpha1``, namespaced, a custom resource): served only with
     ``FakeApiServer(ipamclaims=True)`` or after ``install_ipamclaims()`` (without the CRD the group
@@ -114,6 +123,7 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
         ipamclaims: bool = False,
         feature_gates: Mapping[str, bool] | None = None,
         node_name: str | None = None,
+        garbage_collector: bool = True,
     ) -> None:
         self._own_dir = directory is None
         self.directory = str(directory) if directory is not None else tempfile.mkdtemp(prefix="fake-apiserver-")
@@ -130,6 +140,8 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
             self.user_extra[user] = {NODE_NAME_KEY: [node_name]}
         self.other_user = other_user
         self._store = Store(history_limit, FeatureGates(feature_gates))
+        if garbage_collector:
+            self._store.collector = GarbageCollector(self._store)
         self.bookmark_interval = bookmark_interval
         self.default_watch_timeout = default_watch_timeout
         #: ``authorizer(RequestAttributes) -> bool``; None allows everything.

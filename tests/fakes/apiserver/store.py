@@ -27,6 +27,7 @@ from .selectors import Filter
 
 if TYPE_CHECKING:
     from .claim_status import Authorize, Caller
+    from .gc import GarbageCollector
 
 Key = tuple[str, str, str]  # (plural, namespace, name); namespace "" for cluster-scoped resources
 
@@ -66,6 +67,8 @@ class Store:
         #: its caller and the server's authorizer, which strategies consult.  Unset for the
         #: fake's direct helpers, which stand for a privileged loopback client.
         self.local = threading.local()
+        #: The garbage collector (gc.py), told of every write; None: no controller-manager.
+        self.collector: GarbageCollector | None = None
 
     def request_context(self) -> RequestContext | None:
         return getattr(self.local, "context", None)
@@ -145,7 +148,10 @@ class Store:
         self._record_event(
             Event(self.rv, etype, res.plural, copy.deepcopy(obj), copy.deepcopy(old) if old is not None else None)
         )
-        return copy.deepcopy(obj)
+        result = copy.deepcopy(obj)
+        if self.collector is not None:
+            self.collector.observe(etype, res, result)
+        return result
 
     def _record_event(self, event: Event) -> None:
         self.history.append(event)
