@@ -56,7 +56,9 @@ The package, one job a module:
   hook, ``fail_next``, the request log, errors as Status answers), ``routes.py`` (paths and the
   routing table), ``discovery.py``, ``errors.py`` (Status errors), ``selectors.py``.
 - Store and watch: ``store.py`` (objects, resourceVersion, history), ``watch.py`` (streams, 410
-  Expired), ``crud.py`` (the generic verbs), ``objects.py`` (JSON helpers, body checks).
+  Expired), ``crud.py`` (the generic verbs, ``DeleteOptions``), ``objects.py`` (JSON helpers,
+  body checks), ``gc.py`` (kube-controller-manager's garbage collector: the ownerReference
+  cascade on delete, ``propagationPolicy: Orphan``; on unless ``garbage_collector=False``).
 - Server-side apply: ``managed_fields.py`` (ownership, ``managedFields``), ``apply.py`` (apply
   bodies, conflicts, ``force``), ``smd.py`` (field sets, merge, prune).
 - Resources: ``resources.py`` (the table), ``claims.py``, ``slices.py``, ``core.py`` (nodes and

@@ -48,6 +48,7 @@ import collections
 import copy
 from typing import TYPE_CHECKING, Any
 
+from .errors import ApiStatusError
 from .resources import RESOURCES, Obj, Resource
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ def _refs(obj: Obj) -> list[dict[str, Any]]:
 
 
 class GarbageCollector:
-    """The collector of one ``Store``: ``observe(etype, obj)`` is its informer (called by
+    """The collector of one ``Store``: ``observe(etype, res, obj)`` is its informer (called by
     ``Store.put`` for every write, lock held); the work it queues runs before ``observe``
     returns to the outermost write."""
 
@@ -105,11 +106,16 @@ class GarbageCollector:
         try:
             while self._queue:
                 work, arg = self._queue.popleft()
-                if work == "delete":
-                    for key in self.dependents(arg):
-                        self.attempt_to_delete(key)
-                else:
-                    self.attempt_to_orphan(arg)
+                try:
+                    if work == "delete":
+                        for key in self.dependents(arg):
+                            self.attempt_to_delete(key)
+                    else:
+                        self.attempt_to_orphan(arg)
+                except ApiStatusError:
+                    # Upstream requeues the item; the write that set the collector off is
+                    # somebody else's and never fails because of it.
+                    continue
         finally:
             self._working = False
 
