@@ -26,7 +26,7 @@ from kubernetes.client.exceptions import (
 )
 
 from tests.fakes.apiserver import APPLY_PATCH, MERGE_PATCH, FakeApiServer
-from tests.kubeclient import client_for
+from tests.kubeclient import client_for, serving
 
 NODE = "node-a"
 DRIVER_A = "a.dracni.io"
@@ -46,18 +46,8 @@ READY = [
 # -- fixtures and helpers ----------------------------------------------------------------------------
 @pytest.fixture
 def fake(tmp_path):
-    server = FakeApiServer(tmp_path / "apiserver")
-    server.start()
-    try:
+    with serving(tmp_path) as server:
         yield server
-        assert server.internal_errors == []
-    finally:
-        server.close()
-
-
-@pytest.fixture
-def rapi(api_client) -> client.ResourceV1Api:
-    return client.ResourceV1Api(api_client)
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException, ConflictException, UnprocessableEntityException
 
 from tests.fakes.apiserver import APPLY_PATCH, MERGE_PATCH, FakeApiServer, RequestAttributes
-from tests.kubeclient import client_for
+from tests.kubeclient import client_for, serving
 
 NODE = "node-a"
 DRIVER = "a.dracni.io"
@@ -42,17 +42,8 @@ def entry(driver: str = DRIVER, device: str = "eth1", **fields) -> dict:
 
 @pytest.fixture
 def fake(tmp_path):
-    server = FakeApiServer(tmp_path / "apiserver", node_name=NODE).start()
-    try:
+    with serving(tmp_path, node_name=NODE) as server:
         yield server
-        assert server.internal_errors == []
-    finally:
-        server.close()
-
-
-@pytest.fixture
-def rapi(api_client) -> client.ResourceV1Api:
-    return client.ResourceV1Api(api_client)
 
 
 @pytest.fixture

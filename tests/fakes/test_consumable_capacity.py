@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException, UnprocessableEntityExcept
 
 from tests.fakes.apiserver import APPLY_PATCH, ApiStatusError, FakeApiServer
 from tests.fakes.apiserver.quantity import QuantityError, canonical, parse
-from tests.kubeclient import client_for
+from tests.kubeclient import client_for, serving
 
 GATE = "DRAConsumableCapacity"
 NODE = "node-a"
@@ -43,21 +43,11 @@ SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
 def fake(tmp_path, request):
     """A started fake; ``@pytest.mark.parametrize("fake", [False], indirect=True)`` turns the gate off."""
     enabled = getattr(request, "param", True)
-    server = FakeApiServer(tmp_path / "apiserver", namespaces=("default", NS), feature_gates={GATE: enabled})
-    server.start()
-    try:
+    with serving(tmp_path, namespaces=("default", NS), feature_gates={GATE: enabled}) as server:
         yield server
-        assert server.internal_errors == []
-    finally:
-        server.close()
 
 
 GATE_OFF = pytest.mark.parametrize("fake", [False], indirect=True, ids=["gate-off"])
-
-
-@pytest.fixture
-def rapi(api_client) -> client.ResourceV1Api:
-    return client.ResourceV1Api(api_client)
 
 
 def policy(**fields) -> dict:

@@ -16,6 +16,7 @@ import pytest
 
 from dracni.kube.api import ApiError, KubeApi
 from tests.fakes.apiserver import FakeApiServer
+from tests.kubeclient import serving
 
 GATE = "DRADeviceTaints"
 NODE = "node-a"
@@ -26,13 +27,8 @@ TAINT = {"key": "dracni.io/link", "value": "down", "effect": "NoSchedule", "time
 @pytest.fixture
 def fake(tmp_path, request):
     """A started fake; ``@pytest.mark.parametrize("fake", [False], indirect=True)`` turns the gate off."""
-    server = FakeApiServer(tmp_path / "apiserver", feature_gates={GATE: getattr(request, "param", True)})
-    server.start()
-    try:
+    with serving(tmp_path, feature_gates={GATE: getattr(request, "param", True)}) as server:
         yield server
-        assert server.internal_errors == []
-    finally:
-        server.close()
 
 
 GATE_OFF = pytest.mark.parametrize("fake", [False], indirect=True, ids=["gate-off"])

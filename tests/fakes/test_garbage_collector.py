@@ -13,7 +13,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import UnprocessableEntityException
 
 from tests.fakes.apiserver import FakeApiServer
-from tests.kubeclient import client_for
+from tests.kubeclient import client_for, serving
 
 NODE_A = "node-a"
 NODE_B = "node-b"
@@ -24,18 +24,8 @@ NS2 = "team-2"
 
 @pytest.fixture
 def fake(tmp_path):
-    server = FakeApiServer(tmp_path / "apiserver", namespaces=("default", NS, NS2))
-    server.start()
-    try:
+    with serving(tmp_path, namespaces=("default", NS, NS2)) as server:
         yield server
-        assert server.internal_errors == []
-    finally:
-        server.close()
-
-
-@pytest.fixture
-def rapi(api_client) -> client.ResourceV1Api:
-    return client.ResourceV1Api(api_client)
 
 
 def ref(kind: str, obj: dict, api_version: str = "v1", uid: str | None = None, **extra) -> dict:

@@ -36,7 +36,7 @@ from kubernetes.client.exceptions import (
 
 from tests.fakes.apiserver import APPLY_PATCH, MERGE_PATCH, ApiStatusError, FakeApiServer
 from tests.fakes.apiserver import ipamclaim_schema as fake_module
-from tests.kubeclient import client_for
+from tests.kubeclient import client_for, serving
 
 GROUP = "k8s.cni.cncf.io"
 VERSION = "v1alpha1"
@@ -56,13 +56,8 @@ ALLOCATED = {
 # -- fixtures and helpers ----------------------------------------------------------------------------
 @pytest.fixture
 def fake(tmp_path):
-    server = FakeApiServer(tmp_path / "apiserver", ipamclaims=True, namespaces=("default", NS))
-    server.start()
-    try:
+    with serving(tmp_path, ipamclaims=True, namespaces=("default", NS)) as server:
         yield server
-        assert server.internal_errors == []
-    finally:
-        server.close()
 
 
 @pytest.fixture
