@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from dracni.claims.resolve import ClaimError, resolve_claim
 from dracni.claims.sticky import IpamClaimGetter, pin_addresses
 from dracni.kubelet.driver import PrepareResult
+from dracni.state import facts
 from dracni.state.store import StateDir, StateError
 
 if TYPE_CHECKING:
@@ -117,11 +118,11 @@ def unprepare_claims(state: StateDir, uids: list[str]) -> dict[str, str | None]:
 
     Attachment records and the status outbox stay: CNI DEL and the status publisher still
     need them after the claim is unprepared.  The failures failed ADDs left in the claim's
-    status end here (``StateDir.end_lasting_failures``).
+    status end here (``facts.unprepared``).
     """
     try:
         state.remove_claims(uids)
-        state.end_lasting_failures(uids)
+        facts.unprepared(state, uids)
     except StateError as exc:
         return {uid: str(exc) for uid in uids}
     return dict.fromkeys(uids)

@@ -13,8 +13,8 @@ Layout (schema: ``spec/state-records.schema.json``)::
 
 ``StateDir`` reads, puts and removes each kind of record; how a record file is read, written
 atomically under the state lock, batched and quarantined is its base, ``files.py``.  What the
-status outbox's facts mean and how they change is ``facts.py`` (``update_outbox``,
-``end_lasting_failures`` and ``mark_published`` here hand over to it).
+status outbox's facts mean and how they change is ``facts.py``, which reads and writes the
+outbox through ``read_outbox``/``put_outbox``/``remove_outbox`` here.
 
 This module sits on the CNI hot path: it imports only ``os`` and ``json`` (and ``fcntl`` for
 the lock, when a write needs it).
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 
-from . import facts
 from . import records as R
 from .files import FILE_MODE, RecordFiles
 from .files import LOCK_TIMEOUT as LOCK_TIMEOUT
@@ -35,7 +34,6 @@ from .records import attachment_key, claim_pod_keys, pod_index_keys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~7 ms to import; annotations are strings (PEP 563)
-    from .facts import Change, OutboxClaim
     from .records import JSON, Attachment, PodIndex, PreparedClaim, StatusOutbox
 
 
@@ -218,18 +216,6 @@ class StateDir(RecordFiles):
     def remove_outbox(self, claim_uid: str) -> bool:
         with self.locked():
             return self._delete(self._path("outbox", claim_uid))
-
-    def update_outbox(self, claim: OutboxClaim, change: Change, *, sync_dir: bool = True) -> StatusOutbox:
-        """``facts.update_outbox``: apply ``change`` to the claim's facts, bump its ``seq``."""
-        return facts.update_outbox(self, claim, change, sync_dir=sync_dir)
-
-    def end_lasting_failures(self, claim_uids: list[str]) -> None:
-        """``facts.unprepared``: the failures the claims' pods left go from their outbox."""
-        facts.unprepared(self, claim_uids)
-
-    def mark_published(self, claim_uid: str, seq: int) -> bool:
-        """``facts.published``: ``seq`` reached the sink (False: a newer state is pending)."""
-        return facts.published(self, claim_uid, seq)
 
     def pending_outbox(
         self, errors: dict[str, str] | None = None, quarantined: dict[str, str] | None = None

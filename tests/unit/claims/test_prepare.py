@@ -15,6 +15,7 @@ from dracni.kubelet.driver import PrepareResult as PrepareOutcome
 from dracni.policy.binding import DeviceFacts
 from dracni.policy.config import DEFAULT_PLUGIN_TYPES, TenantPolicy
 from dracni.specfiles import spec_path
+from dracni.state import facts
 from dracni.state.store import StateDir
 
 DRIVER = "dracni.io"
@@ -158,7 +159,9 @@ def test_state_error_is_reported_per_claim(tmp_path: Path) -> None:
 def test_unprepare_removes_claim_and_index_only(state: StateDir) -> None:
     prepare(state, [make_claim("c1", "uid-1"), make_claim("c2", "uid-2")])
     state.put_attachment({"network": "k8s", "containerID": "cid1", "ifName": "eth0", "state": "ready", "devices": []})
-    state.update_outbox({"uid": "uid-1", "namespace": "ns1", "name": "c1", "driver": DRIVER}, lambda devices: devices)
+    facts.update_outbox(
+        state, {"uid": "uid-1", "namespace": "ns1", "name": "c1", "driver": DRIVER}, lambda devices: devices
+    )
     assert unprepare_claims(state, ["uid-1"]) == {"uid-1": None}
     assert state.read_claim("uid-1") is None
     assert state.pod_claim_uids("pod-1", None, None) == ["uid-2"]

@@ -7,6 +7,7 @@ import pytest
 
 from dracni.kube.api import KubeApi
 from dracni.kube.ipamclaims import IpamClaimWriter
+from dracni.state import facts
 from dracni.state.store import StateDir
 from dracni.status.drain import drain_outbox
 from dracni.status.sink import SinkError
@@ -102,7 +103,7 @@ def test_the_conflict_shows_in_the_published_entry(fake, api, tmp_path):
 
     fake.create_ipamclaim("default", "vm.net1", network="n", ips=["10.0.0.9/24"])
     state = StateDir(str(tmp_path / "state"))
-    state.update_outbox({"uid": "u1", "namespace": "default", "name": "vm", "driver": DRIVER},
+    facts.update_outbox(state, {"uid": "u1", "namespace": "default", "name": "vm", "driver": DRIVER},
                         lambda facts: [fact("10.0.0.7/24")])  # fmt: skip
     manifest = tmp_path / "claims.yaml"
     manifest.write_text("kind: ResourceClaim\n")

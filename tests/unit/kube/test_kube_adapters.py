@@ -11,6 +11,7 @@ from dracni.claims.prepare import Resolver
 from dracni.kube.api import ApiError, KubeApi, load_api_client
 from dracni.kube.status_sink import ApiStatusSink
 from dracni.kubelet.driver import ClaimRef
+from dracni.state import facts
 from dracni.state.store import StateDir
 from dracni.status.sink import SinkError
 from tests.fakes.apiserver import FakeApiServer
@@ -243,7 +244,7 @@ def test_an_authorization_refusal_is_retried_never_dropped(fake, api, tmp_path):
                    "ips": [{"address": "10.0.0.5/24", "interface": 0}]},
         "error": None, "containerID": "c1", "podUID": "p1", "updatedAt": "2026-11-21T05:00:00Z",
     }  # fmt: skip
-    state.update_outbox(outbox_claim, lambda facts: [fact])
+    facts.update_outbox(state, outbox_claim, lambda facts: [fact])
     fake.authorizer = lambda attrs: not (attrs.resource == "resourceclaims" and attrs.subresource == "status")
 
     report = drain_outbox(state, ApiStatusSink(api), driver=DRIVER)

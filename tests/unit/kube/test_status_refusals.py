@@ -9,6 +9,7 @@ import pytest
 
 from dracni.kube.api import KubeApi
 from dracni.kube.status_sink import ApiStatusSink
+from dracni.state import facts
 from dracni.state.store import StateDir
 from dracni.status.drain import drain_outbox
 from dracni.status.sink import SinkError
@@ -155,7 +156,7 @@ def test_a_refused_record_stays_pending_and_is_published_once_granted(fake, sink
         "podUID": "pod-uid-1",
         "updatedAt": "2026-11-21T05:00:00Z",
     }
-    state.update_outbox({**ref, "driver": DRIVER}, lambda devices: [*devices, fact])
+    facts.update_outbox(state, {**ref, "driver": DRIVER}, lambda devices: [*devices, fact])
 
     for _ in range(3):  # retried: refused each time, never dropped
         report = drain_outbox(state, sink, driver=DRIVER)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from dracni.state import facts
 from dracni.state.store import SCHEMA_VERSION, BadRecord, StateDir, StateError
 
 REPO = Path(__file__).resolve().parents[3]
@@ -223,7 +224,7 @@ def start_holder(root: Path, hold: float) -> subprocess.Popen:
 def test_tree_is_owner_only_and_records_are_0600(state: StateDir, root: Path) -> None:
     state.put_claim(prepared_claim())
     state.put_attachment(attachment())
-    state.update_outbox(CLAIM_REF, lambda facts: facts + [fact("eth1-macvlan")])
+    facts.update_outbox(state, CLAIM_REF, lambda facts: facts + [fact("eth1-macvlan")])
     state.write_cache("plugin-versions", {"kind": "PluginVersions"})
 
     for sub in ("", "claims", "pods", "attachments", "outbox", "cache"):
@@ -270,8 +271,8 @@ def test_no_temp_files_left_after_writes(state: StateDir, root: Path) -> None:
     for i in range(5):
         state.put_claim(prepared_claim(f"claim-{i}", pods=[(f"pod-{i % 2}", f"web-{i % 2}")]))
         state.put_attachment(attachment(container_id=f"c{i}"))
-        state.update_outbox(dict(CLAIM_REF, uid=f"claim-{i}"), lambda facts, i=i: facts + [fact(f"d{i}")])
-        state.mark_published(f"claim-{i}", 1)
+        facts.update_outbox(state, dict(CLAIM_REF, uid=f"claim-{i}"), lambda facts, i=i: facts + [fact(f"d{i}")])
+        facts.published(state, f"claim-{i}", 1)
     state.remove_claim("claim-0")
     state.remove_attachment("cbr0", "c0", "eth0")
     assert tmp_leftovers(root) == []
@@ -316,14 +317,14 @@ def test_write_into_replaced_directory_fails_and_keeps_old_record(state: StateDi
 
 
 def test_write_that_cannot_create_its_temp_file_keeps_old_record(state: StateDir, root: Path) -> None:
-    state.update_outbox(CLAIM_REF, lambda facts: [fact("a")])
+    facts.update_outbox(state, CLAIM_REF, lambda facts: [fact("a")])
     path = root / "outbox" / "claim-uid-1.json"
     before = path.read_bytes()
     blocker = path.parent / f".{path.name}.tmp{os.getpid()}"
     blocker.mkdir()  # the temp file this process would write cannot be created
     try:
         with pytest.raises(StateError, match="cannot write .*claim-uid-1.json"):
-            state.update_outbox(CLAIM_REF, lambda facts: facts + [fact("b")])
+            facts.update_outbox(state, CLAIM_REF, lambda facts: facts + [fact("b")])
     finally:
         blocker.rmdir()
     assert path.read_bytes() == before
@@ -344,7 +345,7 @@ def test_unsafe_record_names_are_refused(state: StateDir) -> None:
 def test_records_carry_schema_and_kind(state: StateDir, root: Path) -> None:
     state.put_claim(prepared_claim())
     state.put_attachment(attachment())
-    state.update_outbox(CLAIM_REF, lambda facts: [fact("x")])
+    facts.update_outbox(state, CLAIM_REF, lambda facts: [fact("x")])
     kinds = {}
     for path in all_files(root):
         if path.suffix != ".json":
@@ -365,9 +366,9 @@ def test_every_record_written_validates_against_the_schema(state: StateDir, root
     state.put_claim(prepared_claim("claim-uid-2", name="other", pods=[("pod-uid-1", "web-0"), ("pod-uid-2", "web-1")]))
     state.put_attachment(attachment())
     state.put_attachment(failed_attachment())
-    state.update_outbox(CLAIM_REF, lambda facts: [fact("eth1-macvlan"), fact("vf-3", ready=False)])
-    state.update_outbox({"uid": "claim-uid-3", "namespace": "", "name": ""}, lambda facts: [])  # driver None
-    state.mark_published("claim-uid-1", 1)
+    facts.update_outbox(state, CLAIM_REF, lambda facts: [fact("eth1-macvlan"), fact("vf-3", ready=False)])
+    facts.update_outbox(state, {"uid": "claim-uid-3", "namespace": "", "name": ""}, lambda facts: [])  # driver None
+    facts.published(state, "claim-uid-1", 1)
 
     seen = set()
     for path in all_files(root):
@@ -498,7 +499,7 @@ def test_attachments_round_trip_and_list_by_network(state: StateDir) -> None:
 
 
 def test_update_outbox_creates_with_seq_1_and_increments(state: StateDir) -> None:
-    rec = state.update_outbox(CLAIM_REF, lambda facts: facts + [fact("a")])
+    rec = facts.update_outbox(state, CLAIM_REF, lambda facts: facts + [fact("a")])
     assert (rec["seq"], rec["publishedSeq"], rec["kind"], rec["driver"]) == (1, 0, "StatusOutbox", "dracni.io")
     assert rec["claim"] == {"uid": "claim-uid-1", "namespace": "default", "name": "web-net"}
     seen: list[list[dict]] = []
@@ -507,58 +508,58 @@ def test_update_outbox_creates_with_seq_1_and_increments(state: StateDir) -> Non
         seen.append(facts)
         return facts + [fact("b")]
 
-    rec = state.update_outbox(CLAIM_REF, change)
+    rec = facts.update_outbox(state, CLAIM_REF, change)
     assert seen == [[fact("a")]]  # the change sees the stored facts
     assert rec["seq"] == 2
     assert [f["device"] for f in state.read_outbox("claim-uid-1")["devices"]] == ["a", "b"]
     # the claim identity of the first write is kept even if a later caller knows less
-    state.update_outbox({"uid": "claim-uid-1", "namespace": "", "name": ""}, lambda facts: facts)
+    facts.update_outbox(state, {"uid": "claim-uid-1", "namespace": "", "name": ""}, lambda facts: facts)
     stored = state.read_outbox("claim-uid-1")
     assert stored["seq"] == 3 and stored["claim"]["name"] == "web-net"
 
 
 def test_mark_published_current_seq_clears_pending_and_deletes_empty(state: StateDir, root: Path) -> None:
-    state.update_outbox(CLAIM_REF, lambda facts: [fact("a")])
+    facts.update_outbox(state, CLAIM_REF, lambda facts: [fact("a")])
     assert [r["claim"]["uid"] for r in state.pending_outbox()] == ["claim-uid-1"]
-    assert state.mark_published("claim-uid-1", 1) is True
+    assert facts.published(state, "claim-uid-1", 1) is True
     assert state.pending_outbox() == []
     stored = state.read_outbox("claim-uid-1")
     assert (stored["seq"], stored["publishedSeq"]) == (1, 1)  # devices not empty: kept
 
-    state.update_outbox(CLAIM_REF, lambda facts: [])  # the pod went away
+    facts.update_outbox(state, CLAIM_REF, lambda facts: [])  # the pod went away
     assert [r["seq"] for r in state.pending_outbox()] == [2]
-    assert state.mark_published("claim-uid-1", 2) is True
+    assert facts.published(state, "claim-uid-1", 2) is True
     assert state.read_outbox("claim-uid-1") is None
     assert not (root / "outbox" / "claim-uid-1.json").exists()
     assert state.pending_outbox() == []
-    assert state.mark_published("claim-uid-1", 2) is False  # nothing left to publish
+    assert facts.published(state, "claim-uid-1", 2) is False  # nothing left to publish
 
 
 def test_mark_published_with_an_older_seq_keeps_newer_state_pending(state: StateDir) -> None:
-    state.update_outbox(CLAIM_REF, lambda facts: [fact("a")])
-    state.update_outbox(CLAIM_REF, lambda facts: [])  # newer state arrives while seq 1 is in flight
-    assert state.mark_published("claim-uid-1", 1) is False
+    facts.update_outbox(state, CLAIM_REF, lambda facts: [fact("a")])
+    facts.update_outbox(state, CLAIM_REF, lambda facts: [])  # newer state arrives while seq 1 is in flight
+    assert facts.published(state, "claim-uid-1", 1) is False
     stored = state.read_outbox("claim-uid-1")
     assert (stored["seq"], stored["publishedSeq"], stored["devices"]) == (2, 1, [])
     assert [r["seq"] for r in state.pending_outbox()] == [2]
     # publishing an older seq again never moves publishedSeq backwards
-    state.mark_published("claim-uid-1", 2)
+    facts.published(state, "claim-uid-1", 2)
     assert state.read_outbox("claim-uid-1") is None
 
 
 def test_mark_published_with_an_unknown_future_seq_is_refused(state: StateDir) -> None:
-    state.update_outbox(CLAIM_REF, lambda facts: [fact("a")])
-    assert state.mark_published("claim-uid-1", 5) is False
+    facts.update_outbox(state, CLAIM_REF, lambda facts: [fact("a")])
+    assert facts.published(state, "claim-uid-1", 5) is False
     assert state.read_outbox("claim-uid-1")["publishedSeq"] == 0
-    assert state.mark_published("no-such-claim", 1) is False
+    assert facts.published(state, "no-such-claim", 1) is False
 
 
 def test_pending_outbox_lists_only_unpublished(state: StateDir) -> None:
     for uid in ("c-1", "c-2", "c-3"):
-        state.update_outbox(dict(CLAIM_REF, uid=uid), lambda facts: [fact("a")])
-    state.mark_published("c-2", 1)
-    state.update_outbox(dict(CLAIM_REF, uid="c-3"), lambda facts: facts + [fact("b")])
-    state.mark_published("c-3", 1)  # older than seq 2
+        facts.update_outbox(state, dict(CLAIM_REF, uid=uid), lambda facts: [fact("a")])
+    facts.published(state, "c-2", 1)
+    facts.update_outbox(state, dict(CLAIM_REF, uid="c-3"), lambda facts: facts + [fact("b")])
+    facts.published(state, "c-3", 1)  # older than seq 2
     assert [(r["claim"]["uid"], r["seq"], r["publishedSeq"]) for r in state.pending_outbox()] == [
         ("c-1", 1, 0),
         ("c-3", 2, 1),
@@ -603,7 +604,7 @@ def test_corrupt_record_raises_state_error_naming_the_file(state: StateDir, root
     ],
 )
 def test_unknown_schema_version_raises_state_error_naming_the_file(state: StateDir, root: Path, record) -> None:
-    state.update_outbox(CLAIM_REF, lambda facts: [fact("a")])
+    facts.update_outbox(state, CLAIM_REF, lambda facts: [fact("a")])
     path = root / "outbox" / "claim-uid-1.json"
     path.write_text(json.dumps(record))
     with pytest.raises(StateError) as info:
@@ -611,7 +612,7 @@ def test_unknown_schema_version_raises_state_error_naming_the_file(state: StateD
     assert str(path) in str(info.value)
     assert "schema" in str(info.value)
     # a writer never overwrites a record it cannot understand: it moves it aside, intact
-    state.update_outbox(CLAIM_REF, lambda facts: [fact("b")])
+    facts.update_outbox(state, CLAIM_REF, lambda facts: [fact("b")])
     (moved,) = (root / "quarantine").iterdir()
     assert moved.name.startswith("outbox+claim-uid-1.") and json.loads(moved.read_text()) == record
     assert [f["device"] for f in state.read_outbox("claim-uid-1")["devices"]] == ["b"]
@@ -705,8 +706,8 @@ def test_prepare_and_unprepare_move_an_unreadable_prepared_claim_aside_instead_o
 
 def test_listings_collect_bad_records_instead_of_failing(state: StateDir, root: Path) -> None:
     state.put_claims([prepared_claim("a"), prepared_claim("b", pods=[("pod-uid-2", "web-1")])])
-    state.update_outbox({**CLAIM_REF, "uid": "a"}, lambda facts: [fact("x")])
-    state.update_outbox({**CLAIM_REF, "uid": "b"}, lambda facts: [fact("y")])
+    facts.update_outbox(state, {**CLAIM_REF, "uid": "a"}, lambda facts: [fact("x")])
+    facts.update_outbox(state, {**CLAIM_REF, "uid": "b"}, lambda facts: [fact("y")])
     (root / "claims" / "a.json").write_text("nope")
     (root / "outbox" / "b.json").write_text(json.dumps({"schema": 1, "kind": "StatusOutbox"}))
     bad: list[BadRecord] = []
@@ -761,7 +762,7 @@ def test_lock_is_reentrant_within_one_state_dir(state: StateDir, root: Path) -> 
     with state.locked(timeout=1):
         with state.locked(timeout=1):
             state.put_claim(prepared_claim())  # takes the lock a third time
-            state.update_outbox(CLAIM_REF, lambda facts: [fact("a")])
+            facts.update_outbox(state, CLAIM_REF, lambda facts: [fact("a")])
         # still held after the inner block: another StateDir (own open file) cannot get it
         with pytest.raises(StateError, match="lock"), StateDir(str(root)).locked(timeout=0.1):
             pass
@@ -806,6 +807,7 @@ def test_killed_holder_does_not_wedge_the_lock(root: Path) -> None:
 
 WORKER = """
     import os, sys, time
+    from dracni.state import facts
     from dracni.state.store import StateDir
     root, worker, go = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     state = StateDir(root)
@@ -816,7 +818,7 @@ WORKER = """
     for i in range(25):
         item = {"request": "net", "pool": "node-a", "device": f"w{worker}-i{i}", "shareID": None,
                 "ifName": "net1", "ready": True, "containerID": f"c{worker}", "podUID": None}
-        state.update_outbox(claim, lambda facts: facts + [item])
+        facts.update_outbox(state, claim, lambda facts: facts + [item])
     print("done", flush=True)
 """
 
@@ -854,7 +856,7 @@ def test_threads_sharing_one_state_dir_do_not_lose_updates(state: StateDir) -> N
     def worker(n: int) -> None:
         barrier.wait()
         for i in range(50):
-            state.update_outbox(claim, lambda devices, n=n, i=i: devices + [fact(f"t{n}-{i}")])
+            facts.update_outbox(state, claim, lambda devices, n=n, i=i: devices + [fact(f"t{n}-{i}")])
 
     threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
     for t in threads:

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from dracni.state import facts
 from dracni.state.store import StateDir
 from dracni.status.drain import DrainReport, drain_outbox
 from dracni.status.sink import LocalStatusSink, SinkError
@@ -66,8 +67,8 @@ def state(tmp_path):
 
 
 def test_publishes_and_marks(state):
-    state.update_outbox(claim(1), add(fact("net1")))
-    state.update_outbox(claim(2), add(fact("net2", ready=False)))
+    facts.update_outbox(state, claim(1), add(fact("net1")))
+    facts.update_outbox(state, claim(2), add(fact("net2", ready=False)))
     sink = RecordingSink()
     report = drain_outbox(state, sink, driver=DRIVER)
     assert report == DrainReport(published=2, failed={})
@@ -90,9 +91,9 @@ def test_publishes_and_marks(state):
 
 
 def test_failing_claim_stays_pending_others_continue(state):
-    state.update_outbox(claim(1), add(fact("net1")))
-    state.update_outbox(claim(2), add(fact("net2")))
-    state.update_outbox(claim(3), add(fact("net3")))
+    facts.update_outbox(state, claim(1), add(fact("net1")))
+    facts.update_outbox(state, claim(2), add(fact("net2")))
+    facts.update_outbox(state, claim(3), add(fact("net3")))
     sink = RecordingSink(fail={"claim-uid-2": SinkError("apiserver said 503")})
     report = drain_outbox(state, sink, driver=DRIVER)
     assert report.published == 2
@@ -105,18 +106,18 @@ def test_failing_claim_stays_pending_others_continue(state):
 
 
 def test_unexpected_sink_exception_is_reported(state):
-    state.update_outbox(claim(1), add(fact("net1")))
+    facts.update_outbox(state, claim(1), add(fact("net1")))
     report = drain_outbox(state, RecordingSink(fail={"claim-uid-1": RuntimeError("bug")}), driver=DRIVER)
     assert report.published == 0 and report.failed == {"claim-uid-1": "RuntimeError: bug"}
     assert len(state.pending_outbox()) == 1
 
 
 def test_newer_update_during_drain_stays_pending(state):
-    state.update_outbox(claim(1), add(fact("net1")))
+    facts.update_outbox(state, claim(1), add(fact("net1")))
 
     def meanwhile(c):
         # the CNI plugin records a DEL while the status is being published
-        state.update_outbox(claim(1), lambda devices: [])
+        facts.update_outbox(state, claim(1), lambda devices: [])
 
     sink = RecordingSink(during=meanwhile)
     report = drain_outbox(state, sink, driver=DRIVER)
@@ -133,8 +134,8 @@ def test_newer_update_during_drain_stays_pending(state):
 
 
 def test_latest_fact_per_device_is_published(state):
-    state.update_outbox(claim(1), add(fact("net1", ready=False, updated="2026-11-21T05:00:00Z")))
-    state.update_outbox(claim(1), add(fact("net1", ready=True, updated="2026-11-21T05:00:01Z")))
+    facts.update_outbox(state, claim(1), add(fact("net1", ready=False, updated="2026-11-21T05:00:00Z")))
+    facts.update_outbox(state, claim(1), add(fact("net1", ready=True, updated="2026-11-21T05:00:01Z")))
     sink = RecordingSink()
     drain_outbox(state, sink, driver=DRIVER)
     devices = sink.calls[0][2]
@@ -142,7 +143,7 @@ def test_latest_fact_per_device_is_published(state):
 
 
 def test_corrupt_record_does_not_block_the_others(state):
-    state.update_outbox(claim(1), add(fact("net1")))
+    facts.update_outbox(state, claim(1), add(fact("net1")))
     with open(os.path.join(state.root, "outbox", "claim-uid-9.json"), "w") as f:
         f.write("{broken")
     sink = RecordingSink()
@@ -164,7 +165,7 @@ def test_the_publisher_logs_a_quarantined_outbox_record_once_and_counts_it(tmp_p
     from dracni.service.status_publisher import StatusPublisher
 
     state = StateDir(str(tmp_path / "state"))
-    state.update_outbox(claim(1), add(fact("net1")))
+    facts.update_outbox(state, claim(1), add(fact("net1")))
     with open(os.path.join(state.root, "outbox", "claim-uid-1.json"), "w") as f:
         f.write('{"schema": 2, "kind": "StatusOutbox"}')  # a newer dracni's, after a downgrade
     publisher = StatusPublisher(state, RecordingSink(), DRIVER)
@@ -180,8 +181,8 @@ def test_drain_into_local_sink(state, tmp_path):
     manifest = tmp_path / "claims.yaml"
     manifest.write_text("kind: ResourceClaim\n")
     sink = LocalStatusSink(lambda ns, name: str(manifest) if name.startswith("nets-") else None)
-    state.update_outbox(claim(1), add(fact("net1"), fact("net2", ready=False)))
-    state.update_outbox({**claim(2), "name": "unknown"}, add(fact("net1")))
+    facts.update_outbox(state, claim(1), add(fact("net1"), fact("net2", ready=False)))
+    facts.update_outbox(state, {**claim(2), "name": "unknown"}, add(fact("net1")))
     report = drain_outbox(state, sink, driver=DRIVER)
     assert report.published == 1
     # A claim the sink cannot locate stays pending (its manifest may be elsewhere), named apart.
@@ -191,7 +192,7 @@ def test_drain_into_local_sink(state, tmp_path):
     document = sink.read("default", "nets-1")
     assert [d["device"] for d in document["status"]["devices"]] == ["net1", "net2"]
 
-    state.update_outbox(claim(1), lambda devices: [])
+    facts.update_outbox(state, claim(1), lambda devices: [])
     assert drain_outbox(state, sink, driver=DRIVER).published == 1
     assert sink.read("default", "nets-1") is None
     assert state.read_outbox("claim-uid-1") is None
@@ -205,7 +206,7 @@ def test_retryable_failure_stays_pending_and_final_failure_is_dropped(state):
         def apply(self, claim, driver, devices):
             raise SinkError("nope", retryable=self.retryable)
 
-    state.update_outbox(claim(1), add(fact("net1")))
+    facts.update_outbox(state, claim(1), add(fact("net1")))
     report = drain_outbox(state, Sink(retryable=True), driver=DRIVER)
     assert list(report.failed) == ["claim-uid-1"] and not report.dropped
     assert [r["claim"]["uid"] for r in state.pending_outbox()] == ["claim-uid-1"]
@@ -229,7 +230,7 @@ def test_the_publisher_logs_an_authorization_refusal_once_and_keeps_retrying(tmp
             raise SinkError("forbidden: resourceclaims/status", forbidden=True)
 
     state = StateDir(str(tmp_path / "state"))
-    state.update_outbox({"uid": "u1", "namespace": "n", "name": "c", "driver": "dracni.io"}, lambda facts: [])
+    facts.update_outbox(state, {"uid": "u1", "namespace": "n", "name": "c", "driver": "dracni.io"}, lambda facts: [])
     publisher = StatusPublisher(state, Refusing(), "dracni.io")
     with caplog.at_level(logging.WARNING, logger="dracni.service.status_publisher"):
         backoffs = [publisher._drain_once(0.0), publisher._drain_once(0.2), publisher._drain_once(0.4)]
@@ -256,8 +257,8 @@ def test_publish_status_keeps_claims_of_other_manifests_pending(state, tmp_path)
     elsewhere.mkdir()
     (here / "one.yaml").write_text(manifest(1))
     (elsewhere / "two.yaml").write_text(manifest(2))
-    state.update_outbox(claim(1), add(fact("net1")))
-    state.update_outbox(claim(2), add(fact("net2")))
+    facts.update_outbox(state, claim(1), add(fact("net1")))
+    facts.update_outbox(state, claim(2), add(fact("net2")))
 
     def publish(directory) -> tuple[int, str]:
         result = CliRunner().invoke(cli, ["publish-status", str(directory), f"--state-dir={state.root}"])
@@ -288,7 +289,7 @@ def test_publish_status_exits_non_zero_on_a_real_error(state, tmp_path):
         "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: nets-1, uid: claim-uid-1}\n"
     )
     (tmp_path / "one.default.nets-1.status.json").mkdir()  # the status file cannot be written
-    state.update_outbox(claim(1), add(fact("net1")))
+    facts.update_outbox(state, claim(1), add(fact("net1")))
     result = CliRunner().invoke(cli, ["publish-status", str(tmp_path), f"--state-dir={state.root}"])
     assert result.exit_code == 1, result.output
     assert "claim claim-uid-1: not published, will retry:" in result.output
@@ -311,9 +312,9 @@ def test_a_failure_outlives_the_teardown_del_until_the_next_ready_add(state):
     from dracni.state import facts as F
 
     sink = RecordingSink()
-    state.update_outbox(claim(1), add(fact("net1", ready=False)))
+    facts.update_outbox(state, claim(1), add(fact("net1", ready=False)))
     drain_outbox(state, sink, driver=DRIVER)
-    state.update_outbox(claim(1), retract())  # the runtime's teardown DEL of the failed ADD
+    facts.update_outbox(state, claim(1), retract())  # the runtime's teardown DEL of the failed ADD
     drain_outbox(state, sink, driver=DRIVER)
     kept = sink.calls[-1][2]
     assert reasons(sink.calls[-1]) == ["NetworkInterfaceNotReady"]
@@ -321,15 +322,15 @@ def test_a_failure_outlives_the_teardown_del_until_the_next_ready_add(state):
     # it is in the state dir, not in a process's memory: a new publisher (a restarted
     # service) publishes it the same way
     assert [f.get("lasting") for f in state.read_outbox("claim-uid-1")["devices"]] == [True]
-    state.update_outbox(claim(1), lambda devices: devices)
+    facts.update_outbox(state, claim(1), lambda devices: devices)
     drain_outbox(state, RecordingSink(), driver=DRIVER)
     # the next successful ADD of that device (another sandbox) replaces it, and its DEL
     # leaves nothing behind
     ready = dict(fact("net1", updated="2026-11-21T05:00:09Z"), containerID="beef")
-    state.update_outbox(claim(1), lambda devices: F.upsert_facts(devices, [ready]))
+    facts.update_outbox(state, claim(1), lambda devices: F.upsert_facts(devices, [ready]))
     drain_outbox(state, sink, driver=DRIVER)
     assert [e["conditions"][0]["status"] for e in sink.calls[-1][2]] == ["True"]
-    state.update_outbox(claim(1), retract("beef"))
+    facts.update_outbox(state, claim(1), retract("beef"))
     drain_outbox(state, sink, driver=DRIVER)
     assert sink.calls[-1][2] == []
     assert state.read_outbox("claim-uid-1") is None
@@ -340,10 +341,10 @@ def test_one_lasting_failure_per_device_the_newest(state):
     first = dict(fact("net1", ready=False), containerID="a1")
     second = dict(fact("net1", ready=False, updated="2026-11-21T05:00:05Z"), containerID="b2")
     second["error"] = {"code": 7, "msg": "second try: no master"}
-    state.update_outbox(claim(1), add(first))
-    state.update_outbox(claim(1), retract("a1"))
-    state.update_outbox(claim(1), add(second))
-    state.update_outbox(claim(1), retract("b2"))
+    facts.update_outbox(state, claim(1), add(first))
+    facts.update_outbox(state, claim(1), retract("a1"))
+    facts.update_outbox(state, claim(1), add(second))
+    facts.update_outbox(state, claim(1), retract("b2"))
     assert [(f["containerID"], f.get("lasting")) for f in state.read_outbox("claim-uid-1")["devices"]] == [("b2", True)]
     drain_outbox(state, sink, driver=DRIVER)
     assert sink.calls[-1][2][0]["conditions"][0]["message"] == "second try: no master"
@@ -353,8 +354,8 @@ def test_unprepare_ends_a_kept_failure(state):
     from dracni.claims.prepare import unprepare_claims
 
     sink = RecordingSink()
-    state.update_outbox(claim(1), add(fact("net1", ready=False), fact("net2", ready=False)))
-    state.update_outbox(claim(1), retract())
+    facts.update_outbox(state, claim(1), add(fact("net1", ready=False), fact("net2", ready=False)))
+    facts.update_outbox(state, claim(1), retract())
     drain_outbox(state, sink, driver=DRIVER)
     assert [e["device"] for e in sink.calls[-1][2]] == ["net1", "net2"]
 
@@ -372,15 +373,15 @@ def test_unprepare_ends_a_kept_failure(state):
 
 def test_a_failure_of_one_pod_never_hides_another_pods_ready_attachment(state):
     shared = dict(fact("net1"), containerID="ready-pod")
-    state.update_outbox(claim(1), add(shared, dict(fact("net1", ready=False), containerID="failed-pod")))
-    state.update_outbox(claim(1), retract("failed-pod"))
+    facts.update_outbox(state, claim(1), add(shared, dict(fact("net1", ready=False), containerID="failed-pod")))
+    facts.update_outbox(state, claim(1), retract("failed-pod"))
     sink = RecordingSink()
     drain_outbox(state, sink, driver=DRIVER)
     assert [e["conditions"][0]["status"] for e in sink.calls[-1][2]] == ["True"]
 
 
 def test_annotations_add_conditions_and_a_retryable_one_keeps_the_record_pending(state):
-    state.update_outbox(claim(1), add(fact("net1")))
+    facts.update_outbox(state, claim(1), add(fact("net1")))
     note = {
         "type": "IPAMClaimSynced",
         "status": "False",
@@ -392,7 +393,7 @@ def test_annotations_add_conditions_and_a_retryable_one_keeps_the_record_pending
     drain_outbox(state, sink, driver=DRIVER, annotate=lambda record: {("node-1", "net1", ""): [note]})
     assert [c["type"] for c in sink.calls[-1][2][0]["conditions"]] == ["Ready", "IPAMClaimSynced"]
 
-    state.update_outbox(claim(1), add(fact("net1", updated="2026-11-21T05:00:05Z")))
+    facts.update_outbox(state, claim(1), add(fact("net1", updated="2026-11-21T05:00:05Z")))
 
     def flaky(record):
         raise SinkError("IPAMClaim default/x: 503")

@@ -10,6 +10,7 @@ import pytest
 from dracni.addresses import canonical_interface_address
 from dracni.apirules.validation import DATA_MAX_BYTES, validate_device_status, validate_status_devices
 from dracni.clock import normalize_time
+from dracni.state import facts as status_facts
 from dracni.state.store import StateDir
 from dracni.status.entries import device_status_entry, status_devices
 
@@ -303,7 +304,7 @@ def test_status_devices_from_a_real_outbox_record(tmp_path):
             updatedAt="2026-11-21T05:59:59.9Z",
         ),
     ]
-    record = state.update_outbox(claim, lambda devices: devices + facts)
+    record = status_facts.update_outbox(state, claim, lambda devices: devices + facts)
     entries = status_devices(record, driver=DRIVER)
     assert [(e["pool"], e["device"]) for e in entries] == [("node-0", "net9"), ("node-1", "net1"), ("node-1", "net2")]
     assert entries[0]["shareID"] == SHARE
