@@ -29,3 +29,21 @@ QUARANTINED = Gauge(
 SLICE_PUBLISHES = Counter(
     "dracni_resourceslice_writes_total", "ResourceSlice writes, by operation.", ["operation"], registry=REGISTRY
 )
+POOL_SIZE = Gauge(
+    "dracni_address_pool_size",
+    "Addresses an address pool hands out, by pool and family (pools this node has allocated from).",
+    ["pool", "family"],
+    registry=REGISTRY,
+)
+POOL_RESERVED = Gauge(
+    "dracni_address_pool_reserved",
+    "Addresses of a pool this node holds (its AddressReservations); the cluster's total is the sum over nodes.",
+    ["pool"],
+    registry=REGISTRY,
+)
+POOL_EXHAUSTED = Counter(
+    "dracni_address_pool_exhausted_total",
+    "Allocations refused because the pool had no free address, by pool.",
+    ["pool"],
+    registry=REGISTRY,
+)

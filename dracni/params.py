@@ -19,7 +19,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 SCHEMA_FILE = "claim-parameters.schema.json"
 API_VERSION_DRACNI = "dracni.io/v1alpha1"
@@ -51,6 +51,7 @@ class DeviceParameters(TypedDict):
     capabilities: dict[str, bool]
     persistentIPs: bool
     ipamClaim: str | None
+    addressPool: NotRequired[dict[str, Any]]  # only when the parameters name a pool
 
 
 class ParameterError(ValueError):
@@ -85,7 +86,7 @@ def validate_parameters(params: object, *, where: str = "parameters") -> DeviceP
     if_name = params.get("ifName")
     if if_name is not None and len(if_name.encode()) > _IFNAMSIZ:
         raise ParameterError(f"{where}.ifName", f"{_show(if_name)} is longer than {_IFNAMSIZ} bytes")
-    return {
+    out: DeviceParameters = {
         "ifName": if_name,
         "config": config,
         "network": params.get("network"),
@@ -95,6 +96,9 @@ def validate_parameters(params: object, *, where: str = "parameters") -> DeviceP
         "persistentIPs": bool(params.get("persistentIPs", False)),
         "ipamClaim": params.get("ipamClaim"),
     }
+    if params.get("addressPool") is not None:
+        out["addressPool"] = copy.deepcopy(params["addressPool"])
+    return out
 
 
 # -- steps -------------------------------------------------------------------------------

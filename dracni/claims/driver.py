@@ -57,9 +57,13 @@ class NetworkDriver:
         """Claim UID -> error (None: done); unknown claims succeed."""
         uids = [ref.uid for ref in refs]
         try:
-            return self._commits.run(lambda state: unprepare_claims(state, uids))
+            errors = self._commits.run(lambda state: unprepare_claims(state, uids))
         except StateError as exc:
             return dict.fromkeys(uids, str(exc))
+        # After the records are gone (outside the state lock: these are API calls); a failed
+        # release is retried by the service's reconcile, never by failing the unprepare.
+        self.resolver.release([uid for uid, error in errors.items() if error is None])
+        return errors
 
     def _resolve(self, claim: Claim) -> Resolved:
         meta = claim.get("metadata") or {}

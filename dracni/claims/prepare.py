@@ -20,6 +20,7 @@ from dracni.state import facts
 from dracni.state.store import StateDir, StateError
 
 if TYPE_CHECKING:
+    from dracni.claims.pool_addresses import PoolAddresses
     from dracni.policy.binding import DeviceLookup
     from dracni.policy.config import TenantPolicy
     from dracni.state.records import DeviceSpec, PreparedClaim
@@ -47,6 +48,8 @@ class Resolver:
     ``node``, ``policy`` and ``devices``: see ``resolve_claim``; the IPAM of claim configs keeps
     its files in ``state``'s ``ipam/``.  ``ipamclaims`` reads an IPAMClaim (namespace, name) for
     attachments that name one; without it (clusterless use) such an attachment fails to prepare.
+    ``pools`` reserves the addresses of networks with an address pool (``claims/pool_addresses.py``);
+    without it (clusterless use) such a network fails to prepare.
     """
 
     state: StateDir
@@ -55,6 +58,7 @@ class Resolver:
     policy: TenantPolicy | None = None
     devices: DeviceLookup | None = None
     ipamclaims: IpamClaimGetter | None = None
+    pools: PoolAddresses | None = None
 
     def resolve(self, claim: dict[str, Any], source: str | None = None) -> Resolved:
         """Resolve one ResourceClaim object into its PreparedClaim record, without the state lock.
@@ -75,12 +79,31 @@ class Resolver:
                 source=source,
             )
             pin_addresses(claim, record, driver=self.driver, ipamclaims=self.ipamclaims)
+            self._pool_addresses(claim, record)
         except ClaimError as exc:
             return Resolved(key, PrepareResult(error=str(exc)))
         except Exception as exc:  # a bug must not fail the other claims of the call
             log.exception("preparing claim %s failed", key)
             return Resolved(key, PrepareResult(error=f"internal error: {type(exc).__name__}: {exc}"))
         return Resolved(key, PrepareResult(devices=[_device_key(d) for d in record["devices"]]), record)
+
+    def _pool_addresses(self, claim: dict[str, Any], record: PreparedClaim) -> None:
+        if self.pools is not None:
+            self.pools.assign(claim, record)
+            return
+        for device in record["devices"]:
+            pool = device.get("addressPool")
+            if pool:
+                raise ClaimError(
+                    f"claim {record['namespace']}/{record['name']}: request {device['request']}: the network's "
+                    f"address pool {pool.get('name')} is cluster-wide: its addresses are reserved through the "
+                    "API server, by the kubelet plugin service (dracni kubelet-plugin), not by a clusterless prepare"
+                )
+
+    def release(self, uids: list[str]) -> None:
+        """After the claims' unprepare: give their pool addresses back (persistent ones stay)."""
+        if self.pools is not None:
+            self.pools.release_claims(uids)
 
 
 def store_prepared(state: StateDir, resolved: list[Resolved]) -> dict[str, PrepareResult]:

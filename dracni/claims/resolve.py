@@ -24,6 +24,7 @@ from dracni.policy.binding import DeviceLookup, bind_to_device
 from dracni.policy.config import FULL, TenantPolicy
 from dracni.policy.rules import refuse
 from dracni.policy.tenant import apply_profile, check_any_source, check_claim_config, manage_ipam_data
+from dracni.pools.model import check_pool_network
 from dracni.state.facts import claim_ref
 from dracni.state.records import new_prepared_claim
 
@@ -159,7 +160,7 @@ def _device(
     except ParameterError as exc:
         raise ClaimError(f"{where}: {exc}", field=exc.field) from exc
     assert attachment["config"] is not None
-    return {
+    spec: DeviceSpec = {
         "request": request,
         "pool": result["pool"],
         "device": result["device"],
@@ -171,6 +172,9 @@ def _device(
         "persistentIPs": attachment["persistentIPs"],
         "ipamClaim": attachment["ipamClaim"],
     }
+    if attachment.get("addressPool") is not None:
+        spec["addressPool"] = attachment["addressPool"]
+    return spec
 
 
 class ClassConfigError(ParameterError):
@@ -228,6 +232,11 @@ def _class_network(config: dict[str, Any]) -> DeviceParameters:
         raise ClassConfigError(exc.field, exc.reason) from None
     if params["config"] is None:
         raise ClassConfigError("parameters.config", "a DeviceClass config must define its network (config)")
+    if params.get("addressPool") is not None:
+        try:
+            check_pool_network(params, "parameters")
+        except ParameterError as exc:
+            raise ClassConfigError(exc.field, exc.reason) from None
     return params
 
 

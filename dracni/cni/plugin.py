@@ -44,7 +44,7 @@ class MetaPlugin:
             spec["config"],
             runtime_config=spec.get("runtimeConfig") or {},
             capabilities=spec.get("capabilities") or {},
-            requested_ips=spec.get("requestedIPs") or [],
+            requested_ips=R.requested_ips(spec, self.req.pod_uid),
             where=device.where,
         )
 
@@ -67,7 +67,9 @@ class MetaPlugin:
         planned = plan(claims, req.ifname, self._names_in_use())
         record = R.new_attachment(req, now_rfc3339())
         for d in planned:
-            record["devices"].append(R.attached_device(d.claim, d.driver, d.spec, d.ifname, self._chain_of(d)))
+            record["devices"].append(
+                R.attached_device(d.claim, d.driver, d.spec, d.ifname, self._chain_of(d), self.req.pod_uid)
+            )
         # Write-ahead: DEL must find this record even if we die half-way through.
         self._write_ahead(record)
         failure: CNIError | None = None
@@ -178,7 +180,12 @@ class MetaPlugin:
 
         returned = result_addresses(dev["result"])
         if missing_addresses(dev["requestedIPs"], returned):
-            source = f"IPAMClaim {dev['ipamClaim']}" if dev.get("ipamClaim") else "the claim's status"
+            if dev.get("ipamClaim"):
+                source = f"IPAMClaim {dev['ipamClaim']}"
+            elif dev.get("persistentIPs"):
+                source = "the claim's status"
+            else:
+                source = "the claim's reservation"
             raise CNIError(
                 E.DELEGATE_FAILED,
                 f"IPAM returned {', '.join(returned) or 'no address'} but {source} keeps "

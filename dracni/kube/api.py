@@ -16,17 +16,20 @@ from kubernetes.client.exceptions import ApiException
 
 APPLY_PATCH = "application/apply-patch+yaml"
 IPAMCLAIMS = ("k8s.cni.cncf.io", "v1alpha1", "ipamclaims")
+RESERVATIONS = ("dracni.io", "v1alpha1", "addressreservations")
 REQUEST_TIMEOUT = 30
 #: Connections kept open to the API server (the service's concurrent calls at most).
 CONNECTIONS = 32
 
 
 class ApiError(Exception):
-    """An API call failed; ``status`` is the HTTP status (0 when the server was unreachable)."""
+    """An API call failed; ``status`` is the HTTP status (0 when the server was unreachable),
+    ``reason`` the Status object's reason (``AlreadyExists``, ``Conflict``, ...) when it sent one."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, reason: str = "") -> None:
         super().__init__(message)
         self.status = status
+        self.reason = reason
 
     @property
     def retryable(self) -> bool:
@@ -65,7 +68,7 @@ def _request(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     try:
         resp = fn(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs)
     except ApiException as exc:
-        raise ApiError(exc.status or 0, _message(exc)) from None
+        raise ApiError(exc.status or 0, _message(exc), _reason(exc)) from None
     except ValueError as exc:  # the client refused our body (pydantic): retrying cannot help
         raise ApiError(400, f"invalid request: {exc}") from None
     except Exception as exc:  # connection refused, timeouts, TLS: the server is unreachable
@@ -78,6 +81,13 @@ def _message(exc: ApiException) -> str:
         return json.loads(exc.body or "").get("message") or str(exc.reason)
     except (TypeError, ValueError, AttributeError):
         return f"{exc.status} {exc.reason}"
+
+
+def _reason(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body or "").get("reason") or "")
+    except (TypeError, ValueError, AttributeError):
+        return ""
 
 
 def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -208,6 +218,43 @@ class KubeApi:
             meta["name"],
             obj,
         )
+
+    # -- addressreservations (dracni.io/v1alpha1, cluster-scoped): create, get, update, delete,
+    # and list of this node's (label selector) -------------------------------------------------
+    def create_reservation(self, body: dict[str, Any]) -> dict[str, Any]:
+        group, version, plural = RESERVATIONS
+        return _call(self.custom.create_cluster_custom_object, group, version, plural, body)
+
+    def get_reservation(self, name: str) -> dict[str, Any] | None:
+        group, version, plural = RESERVATIONS
+        try:
+            return _call(self.custom.get_cluster_custom_object, group, version, plural, name)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def replace_reservation(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """PUT; the body's resourceVersion is the precondition (409 Conflict)."""
+        group, version, plural = RESERVATIONS
+        return _call(self.custom.replace_cluster_custom_object, group, version, plural, name, body)
+
+    def delete_reservation(self, name: str, uid: str) -> None:
+        """DELETE with the object's UID as precondition: never another holder's reservation of
+        the same address made since; gone already (404) or re-made (409) is not an error."""
+        group, version, plural = RESERVATIONS
+        options = {"preconditions": {"uid": uid}} if uid else None
+        try:
+            _call(self.custom.delete_cluster_custom_object, group, version, plural, name, body=options)
+        except ApiError as exc:
+            if exc.status not in (404, 409):
+                raise
+
+    def list_node_reservations(self, label_selector: str) -> list[dict[str, Any]]:
+        """The reservations matching ``label_selector`` (``dracni.io/node=<this node>``)."""
+        group, version, plural = RESERVATIONS
+        data = _call(self.custom.list_cluster_custom_object, group, version, plural, label_selector=label_selector)
+        return data.get("items") or []
 
     # -- events (events.k8s.io/v1): create; patch (a series' count) ------------------------------
     def create_event(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:

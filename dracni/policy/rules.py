@@ -34,7 +34,10 @@ RULES = {
     "master, device and pciBusID from that device, leave them out",
     "exclusiveDevice": "host-device moves the whole NIC into the pod: only a device allocated to "
     "one claim (no shareID) can be moved",
-    "networkRanges": "addresses a claim picks must lie within the address ranges of the network's IPAM",
+    "networkRanges": "addresses a claim picks must lie within the address ranges of the network's IPAM "
+    "and, on a network with an address pool, be addresses the pool hands out",
+    "addressPools": "only the administrator defines address pools (addressPool in a DeviceClass config); "
+    "a claim's addresses come from its class's pool, reserved for it across the cluster",
 }
 
 

@@ -105,6 +105,7 @@ def check_claim_config(params: DeviceParameters, policy: TenantPolicy, where: st
             raise ParameterError(f"{field}.capabilities", "must be an object of capability name -> true/false")
         if capabilities.get(PORT_MAPPINGS) and not policy.port_mappings:
             raise refuse(f"{field}.capabilities.{PORT_MAPPINGS}", "reaches the node's ports", "runtimeKeys")
+    _check_no_pool(params, where)
     allowed_runtime = CLAIM_RUNTIME_KEYS | ({PORT_MAPPINGS} if policy.port_mappings else set())
     _check_runtime_keys(params, allowed_runtime, where)
     if params["capabilities"].get(PORT_MAPPINGS) and not policy.port_mappings:
@@ -125,6 +126,7 @@ def manage_ipam_data(config: dict[str, Any], data_dir: str) -> None:
 def check_profile_knobs(params: DeviceParameters, where: str) -> None:
     """A claim that chooses a network may set only per-attachment fields."""
     _check_runtime_keys(params, PROFILE_RUNTIME_KEYS, where)
+    _check_no_pool(params, where)
     if params["capabilities"]:
         raise refuse(f"{where}.capabilities", "a claim choosing a network cannot enable capabilities", "claimConfigs")
 
@@ -194,9 +196,32 @@ def _check_in_ranges(ips: Any, network: DeviceParameters, field: str) -> None:
         if not any(address.ip in subnet and address.network == subnet for subnet in subnets):
             ranges = ", ".join(str(s) for s in subnets)
             raise refuse(f"{field}[{index}]", f'{_show(text)} is outside network "{name}" ({ranges})', "networkRanges")
+        _check_in_pool(address.ip, network, f"{field}[{index}]")
 
 
 # -- helpers -----------------------------------------------------------------------------------------------
+
+
+def _check_no_pool(params: DeviceParameters, where: str) -> None:
+    if params.get("addressPool") is not None:
+        raise refuse(f"{where}.addressPool", "a claim cannot define an address pool", "addressPools")
+
+
+def _check_in_pool(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, network: DeviceParameters, field: str) -> None:
+    """On a pool network, a chosen address must be one the pool hands out."""
+    raw = network.get("addressPool")
+    if raw is None:
+        return
+    from ..pools.model import parse_pool
+
+    pool = parse_pool(raw, "addressPool")
+    if pool.subnet_of(ip) is None:
+        raise refuse(
+            field,
+            f"{ip} is not an address pool {pool.name} hands out ({pool.describe()}; never its network, "
+            "broadcast, gateway or excluded addresses)",
+            "networkRanges",
+        )
 
 
 def _check_runtime_keys(params: DeviceParameters, allowed: frozenset[str] | set[str], where: str) -> None:

@@ -32,6 +32,8 @@ GRPC_GRACE_SECONDS = 2.0
 JOIN_SECONDS = 1.0
 #: After a stop signal the process is gone within this long, whatever is stuck (issue 8).
 STOP_DEADLINE_SECONDS = 4.0
+#: How often the node's address reservations are checked against its prepared claims.
+POOL_RECONCILE_SECONDS = 60.0
 
 
 @dataclass
@@ -58,6 +60,7 @@ class Service:
     def __init__(self, opts: ServiceOptions) -> None:
         from ..claims.api_source import ApiClaimSource
         from ..claims.driver import network_plugin
+        from ..claims.pool_addresses import PoolAddresses
         from ..claims.prepare import Resolver
         from ..claims.shared_claims import SharedClaimPods
         from ..inventory.health import DeviceHealthReporter, DiscoveredOffers
@@ -68,8 +71,10 @@ class Service:
         from ..kube.api import KubeApi, load_api_client
         from ..kube.events import EventRecorder
         from ..kube.ipamclaims import IpamClaimWriter
+        from ..kube.reservations import ApiReservations, NodeUid
         from ..kube.status_sink import ApiStatusSink
         from ..kubelet.server import DRAPluginServer
+        from ..pools.allocator import PoolAllocator
         from ..state.store import StateDir
         from .events import ServiceEvents
         from .health_server import HealthServer
@@ -125,6 +130,8 @@ class Service:
             ready=self.slices.published.is_set if self.slices is not None else None,
             on_unhealthy=lambda device: self.events.unhealthy(self.state, device),
         )
+        #: the addresses of networks with an address pool, reserved in the API at prepare time
+        self.pools = PoolAddresses(PoolAllocator(ApiReservations(self.api), opts.node, NodeUid(self.api, opts.node)))
         #: kubelet's calls go through the generic helper to dracni's network driver; the
         #: observer counts them and puts a Warning Event on each claim that failed to prepare
         resolver = Resolver(
@@ -134,6 +141,7 @@ class Service:
             policy=opts.policy,
             devices=self.devices,
             ipamclaims=self.api.get_ipamclaim,
+            pools=self.pools,
         )
         self.helper, self.network = network_plugin(
             resolver,
@@ -190,6 +198,7 @@ class Service:
             log.error("cannot watch the NICs' links (%s): kubelet will see their health as Unknown", exc)
         self._stops.append(self.links.stop)
         loops = [
+            ("address-pools", self._reconcile_pools),
             ("status-publisher", self.status.run),
             ("shared-claim-pods", self.shared_claims.run),
             ("events", self.recorder.run),
@@ -210,6 +219,19 @@ class Service:
         self._stops.append(self.device_health.close)
         log.info("dracni kubelet plugin %s serving on node %s", self.opts.driver, self.opts.node)
         log.info("tenant policy: %s", self.opts.policy.describe())
+
+    def _reconcile_pools(self, stop: threading.Event) -> None:
+        """This node's address reservations against its prepared claims, at start and every
+        ``POOL_RECONCILE_SECONDS`` (claims being prepared meanwhile are left alone)."""
+        while True:
+            try:
+                released = self.pools.reconcile(self.state, self.api.get_claim)
+                if released:
+                    log.info("address pools: released %d reservations of claims gone from this node", released)
+            except Exception as exc:  # the API server may be away: next round
+                log.warning("address pools: reconcile failed: %s", exc)
+            if stop.wait(POOL_RECONCILE_SECONDS):
+                return
 
     def stop(self) -> None:
         """Stop what ``start()`` started, newest first (the gRPC servers: kubelet deregisters

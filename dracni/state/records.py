@@ -49,6 +49,8 @@ if TYPE_CHECKING:  # typing costs ~7 ms to import: the shapes exist for the type
         persistentIPs: bool
         ipamClaim: str | None
         requestedIPs: NotRequired[list[str]]
+        addressPool: NotRequired[JSON | None]
+        poolIPs: NotRequired[dict[str, list[str]]]
 
     class PreparedClaim(TypedDict):
         kind: Literal["PreparedClaim"]
@@ -246,8 +248,19 @@ def new_attachment(call: CniCall, updated_at: str) -> Attachment:
     }
 
 
+def requested_ips(spec: DeviceSpec, pod_uid: str | None) -> list[str]:
+    """The addresses a device's attachment for pod ``pod_uid`` asks of its IPAM: the pinned
+    ones, else the pool addresses reserved for that pod (``[]``: the IPAM chooses)."""
+    return spec.get("requestedIPs") or (spec.get("poolIPs") or {}).get(pod_uid or "") or []
+
+
 def attached_device(
-    claim: ClaimRef, driver: str | None, spec: DeviceSpec, ifname: str, delegates: list[Delegate]
+    claim: ClaimRef,
+    driver: str | None,
+    spec: DeviceSpec,
+    ifname: str,
+    delegates: list[Delegate],
+    pod_uid: str | None = None,
 ) -> AttachedDevice:
     """One device of an Attachment, from the prepared device it attaches."""
     return {
@@ -263,7 +276,7 @@ def attached_device(
         "error": None,
         "persistentIPs": bool(spec.get("persistentIPs") or spec.get("ipamClaim")),
         "ipamClaim": spec.get("ipamClaim"),
-        "requestedIPs": spec.get("requestedIPs") or [],
+        "requestedIPs": requested_ips(spec, pod_uid),
     }
 
 

@@ -1,0 +1,321 @@
+"""Reserve and release pool addresses through the API server, with no coordinator.
+
+Each address in use is one AddressReservation object named after it (``reservations.py``); the
+API server's create is the test-and-set.  A node finds a free address without listing anyone's
+reservations: it tries the pool's addresses in a probe order seeded by the holder (claim,
+request, pod, family), each try one create, until one succeeds.  The order visits every address
+once (a stride coprime to the pool's size), so
+
+- a retry of the same claim (kubelet replays prepare; the service restarted half-way) tries the
+  same addresses in the same order and meets its own reservation first: the node's ledger knows
+  it, and it is reused without a request;
+- two nodes allocating at once start at different places and rarely meet;
+- the node remembers which addresses it found taken (``_taken``) and tries them last, so a busy
+  pool costs fewer failed creates per allocation; they are still tried before the pool is called
+  full, so a freed address is never missed.
+
+The ledger is this node's reservations (listed with the ``dracni.io/node`` label at start and at
+every reconcile, then kept by our own creates and deletes).  It answers "is this mine" and
+"release this claim's" without a request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .. import metrics
+from .model import AddressPool
+from .reservations import Holder, Reservation, moved_to, parse_reservation, reservation_body, reservation_name
+
+log = logging.getLogger(__name__)
+
+#: At most this many creates for one address (a pool of fewer addresses is tried in full, so
+#: "full" is then exact).  At 99% occupancy 256 random tries all fail with probability 8%.
+MAX_TRIES = 256
+#: How long a taken address is tried last.
+TAKEN_TTL = 60.0
+
+
+class Taken(Exception):
+    """The create found the address reserved already (409 AlreadyExists)."""
+
+
+class StoreError(Exception):
+    """The API server failed a reservation call; ``status`` 0 when it was not reached."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def uncertain(self) -> bool:
+        """The write may have happened all the same (no answer, or a server error)."""
+        return self.status == 0 or self.status >= 500
+
+
+class ReservationStore(Protocol):
+    """The API calls the allocator makes (``kube/reservations.py`` is the real one)."""
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any]: ...  # Taken, StoreError
+    def get(self, name: str) -> dict[str, Any] | None: ...
+    def replace(self, name: str, body: dict[str, Any]) -> dict[str, Any]: ...
+    def delete(self, name: str, uid: str) -> None: ...  # gone already: no error
+    def list_node(self, node: str) -> list[dict[str, Any]]: ...
+
+
+class AllocationError(Exception):
+    """An address could not be reserved; the message says why and what to do."""
+
+
+class PoolFull(AllocationError):
+    pass
+
+
+@dataclass(frozen=True)
+class Pick:
+    """Where to look for an address: the pool, the family, and the seed of the probe order."""
+
+    pool: AddressPool
+    family: str
+    seed: str
+
+
+class PoolAllocator:
+    """One node's reservations; thread-safe (claims of a batch are prepared in parallel)."""
+
+    def __init__(self, store: ReservationStore, node: str, node_uid: Callable[[], str | None]) -> None:
+        self.store = store
+        self.node = node
+        self.node_uid = node_uid
+        self._ledger: dict[str, Reservation] = {}
+        #: when each ledger entry was made or learned (a counter), so that a reload keeps what
+        #: was made while the list was on its way
+        self._stamps: dict[str, int] = {}
+        self._clock = 0
+        self._loaded = False
+        self._taken: dict[str, float] = {}
+        self._pools: set[str] = set()
+        self._lock = threading.Lock()
+
+    # -- the ledger ---------------------------------------------------------------------------
+    def load(self) -> list[Reservation]:
+        """Read this node's reservations from the API server (a label-selected list) into the
+        ledger; what this node reserved while the list was on its way stays."""
+        with self._lock:
+            started = self._clock
+        found = [r for r in map(parse_reservation, self.store.list_node(self.node)) if r is not None]
+        mine = [r for r in found if r.node == self.node]
+        with self._lock:
+            recent = {n: r for n, r in self._ledger.items() if self._stamps.get(n, 0) > started}
+            self._ledger = {r.name: r for r in mine} | recent
+            self._stamps = {n: s for n, s in self._stamps.items() if n in self._ledger}
+            self._loaded = True
+        self._count()
+        return mine
+
+    def ensure_loaded(self) -> None:
+        """The ledger must be read before any allocation: without it a claim's own reservations
+        look taken, and a re-prepare would reserve new ones."""
+        with self._lock:
+            if self._loaded:
+                return
+        try:
+            self.load()
+        except StoreError as exc:
+            raise AllocationError(f"cannot read this node's address reservations: {exc}") from None
+
+    def held(self) -> list[Reservation]:
+        with self._lock:
+            return list(self._ledger.values())
+
+    def held_by_claim(self, claim_uid: str) -> list[Reservation]:
+        return [r for r in self.held() if r.holder.claim_uid == claim_uid]
+
+    # -- reserve ---------------------------------------------------------------------------------
+    def reserve_free(self, pick: Pick, holder: Holder) -> Reservation:
+        """A free address of ``pick.family`` for ``holder``: its own if it has one already."""
+        pool = pick.pool
+        with self._lock:
+            for r in self._ledger.values():
+                if r.pool == pool.name and r.holder.same_use(holder) and _family(r) == pick.family:
+                    return r
+        size = pool.size(pick.family)
+        metrics.POOL_SIZE.labels(pool.name, pick.family).set(size)
+        tries = min(size, MAX_TRIES)
+        later: list[int] = []
+        for index in _probe_order(size, pick.seed, tries):
+            ip = pool.address(pick.family, index)
+            if self._known_taken(reservation_name(pool.name, ip)):
+                later.append(index)
+                continue
+            got = self._try_create(pool, ip, holder)
+            if got is not None:
+                return got
+        for index in later:
+            got = self._try_create(pool, pool.address(pick.family, index), holder)
+            if got is not None:
+                return got
+        metrics.POOL_EXHAUSTED.labels(pool.name).inc()
+        family = "IPv4" if pick.family == "ipv4" else "IPv6"
+        if tries == size:
+            raise PoolFull(
+                f"address pool {pool.name} ({pool.describe()}) is full: all {size} {family} addresses are reserved"
+            )
+        raise PoolFull(
+            f"address pool {pool.name} ({pool.describe()}) is (nearly) full: {tries} of its {size} {family} "
+            "addresses tried, all reserved"
+        )
+
+    def reserve_pinned(self, pool: AddressPool, ip: Any, holder: Holder) -> Reservation:
+        """``ip`` for ``holder``; taken by another claim: ``AllocationError`` naming it."""
+        name = reservation_name(pool.name, ip)
+        with self._lock:
+            mine = self._ledger.get(name)
+        if mine is not None and mine.holder.claim_uid == holder.claim_uid:
+            return mine
+        for _ in range(3):
+            got = self._try_create(pool, ip, holder)
+            if got is not None:
+                return got
+            current = self._get(name)
+            if current is None:
+                continue  # released in between: create again
+            if current.holder.claim_uid != holder.claim_uid:
+                raise AllocationError(
+                    f"address {ip} of pool {pool.name} is reserved for claim {current.holder.label()} "
+                    f"(on node {current.node or '?'}); choose another address or delete that claim"
+                )
+            return self._adopt(current)
+        raise AllocationError(f"address {ip} of pool {pool.name}: its reservation keeps changing; retrying later")
+
+    # -- release ---------------------------------------------------------------------------------
+    def release(self, reservations: list[Reservation]) -> list[str]:
+        """Delete the reservations; returns the problems (the reconcile retries those)."""
+        problems = []
+        for r in reservations:
+            try:
+                self.store.delete(r.name, r.uid)
+            except StoreError as exc:
+                problems.append(f"releasing {r.address} of pool {r.pool}: {exc}")
+                continue
+            with self._lock:
+                self._ledger.pop(r.name, None)
+                self._stamps.pop(r.name, None)
+                self._taken.pop(r.name, None)
+        self._count()
+        return problems
+
+    # -- internals -------------------------------------------------------------------------------
+    def _try_create(self, pool: AddressPool, ip: Any, holder: Holder) -> Reservation | None:
+        """The reservation made, or None when the address is taken (by anyone: the caller asks)."""
+        try:
+            body = reservation_body(pool.name, ip, self.node, self.node_uid(), holder)
+        except StoreError as exc:
+            raise AllocationError(f"cannot reserve {ip} of pool {pool.name}: {exc}") from None
+        name = body["metadata"]["name"]
+        try:
+            created = parse_reservation(self.store.create(body))
+        except Taken:
+            with self._lock:
+                self._taken[name] = time.monotonic() + TAKEN_TTL
+            return None
+        except StoreError as exc:
+            if exc.uncertain:  # it may exist all the same: if it is ours, keep it
+                current = self._get_quietly(name)
+                if current is not None and current.holder.same_use(holder) and current.node == self.node:
+                    return self._remember(current)
+            raise AllocationError(f"cannot reserve {ip} of pool {pool.name}: {exc}") from None
+        if created is None:
+            raise AllocationError(
+                f"cannot reserve {ip} of pool {pool.name}: the API server's answer is not a reservation"
+            )
+        return self._remember(created)
+
+    def _adopt(self, current: Reservation) -> Reservation:
+        """The claim's own reservation, made on another node (or lost from the ledger): ours now."""
+        if current.node == self.node:
+            return self._remember(current)
+        obj = self.store.get(current.name)
+        if obj is None:
+            raise AllocationError(
+                f"address {current.address} of pool {current.pool}: its reservation went away; retrying later"
+            )
+        try:
+            moved = parse_reservation(self.store.replace(current.name, moved_to(obj, self.node, self.node_uid())))
+        except StoreError as exc:
+            raise AllocationError(
+                f"cannot take over the reservation of {current.address} (pool {current.pool}): {exc}"
+            ) from None
+        if moved is None:
+            raise AllocationError(f"cannot take over the reservation of {current.address}: unreadable answer")
+        log.info(
+            "took over %s of pool %s for claim %s from node %s",
+            moved.address,
+            moved.pool,
+            moved.holder.label(),
+            current.node,
+        )
+        return self._remember(moved)
+
+    def _get(self, name: str) -> Reservation | None:
+        try:
+            obj = self.store.get(name)
+        except StoreError as exc:
+            raise AllocationError(f"cannot read reservation {name}: {exc}") from None
+        return parse_reservation(obj) if obj is not None else None
+
+    def _get_quietly(self, name: str) -> Reservation | None:
+        try:
+            return self._get(name)
+        except AllocationError:
+            return None
+
+    def _remember(self, r: Reservation) -> Reservation:
+        with self._lock:
+            self._clock += 1
+            self._stamps[r.name] = self._clock
+            self._ledger[r.name] = r
+            self._taken.pop(r.name, None)
+        self._count()
+        return r
+
+    def _known_taken(self, name: str) -> bool:
+        with self._lock:
+            expiry = self._taken.get(name)
+            if expiry is None:
+                return False
+            if expiry < time.monotonic():
+                del self._taken[name]
+                return False
+            return True
+
+    def _count(self) -> None:
+        with self._lock:
+            counts = dict.fromkeys(self._pools, 0)
+            for r in self._ledger.values():
+                counts[r.pool] = counts.get(r.pool, 0) + 1
+            self._pools.update(counts)
+        for pool, count in counts.items():
+            metrics.POOL_RESERVED.labels(pool).set(count)
+
+
+def _family(r: Reservation) -> str:
+    return "ipv4" if r.ip.version == 4 else "ipv6"
+
+
+def _probe_order(size: int, seed: str, tries: int) -> Iterator[int]:
+    """``tries`` distinct indexes of ``range(size)``, in an order fixed by ``seed``."""
+    digest = hashlib.blake2b(seed.encode(), digest_size=32).digest()
+    start = int.from_bytes(digest[:16], "big") % size
+    stride = 1 + int.from_bytes(digest[16:], "big") % max(size - 1, 1)
+    while math.gcd(stride, size) != 1:
+        stride += 1
+    for i in range(tries):
+        yield (start + i * stride) % size
