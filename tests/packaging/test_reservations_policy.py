@@ -168,7 +168,9 @@ def cel_cpp_policy() -> tuple[Any, list[tuple[str, Any]], list[tuple[Any, Any]],
     return cel, variables, validations, conditions
 
 
-def cel_cpp_decision(obj: dict[str, Any] | None, old: dict[str, Any] | None, request: dict[str, Any]) -> tuple[bool, str]:
+def cel_cpp_decision(
+    obj: dict[str, Any] | None, old: dict[str, Any] | None, request: dict[str, Any]
+) -> tuple[bool, str]:
     """The validations evaluated by cel-expr-python, the variables computed eagerly, in order."""
     cel, variables, validations, _ = cel_cpp_policy()
     data: dict[str, Any] = {"object": obj, "oldObject": old, "params": None, "request": request}
