@@ -45,7 +45,10 @@ def manifest_files() -> list[Path]:
 
 
 #: Files holding more than one object: an admission policy with its binding.
-MULTI_OBJECT_FILES = {"claim-parameters-policy.yaml": ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]}
+MULTI_OBJECT_FILES = {
+    "claim-parameters-policy.yaml": ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"],
+    "addressreservations-policy.yaml": ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"],
+}
 
 
 def file_objects(path: Path) -> list[dict]:
@@ -59,7 +62,7 @@ def file_objects(path: Path) -> list[dict]:
 
 def deploy_objects() -> dict[str, dict]:
     """The kustomization's objects by kind/name, and by kind where there is one of the kind
-    (there are two admission policies and two bindings)."""
+    (there are three admission policies and three bindings)."""
     kustomization = load_one(DEPLOY / "kustomization.yaml")
     objects: dict[str, dict] = {}
     kinds: dict[str, list[dict]] = {}

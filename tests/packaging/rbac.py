@@ -36,6 +36,9 @@ IPAM = "k8s.cni.cncf.io"
 EVENTS = "events.k8s.io"
 
 
+DRACNI = "dracni.io"
+
+
 # What each KubeApi method needs.  The first permission(s) follow from the client call (checked
 # against the code below); the synthetic ``resourceclaims/driver`` one is what kube-apiserver
 # 1.36+ (DRAResourceClaimGranularStatusAuthorization) checks in addition when status.devices
@@ -59,6 +62,12 @@ KUBEAPI_PERMISSIONS: dict[str, set[Permission]] = {
     "create_event": {Permission(EVENTS, "events", "", "create")},
     "patch_event": {Permission(EVENTS, "events", "", "patch")},
     "list_node_pods": {Permission(CORE, "pods", "", "list")},
+    # Address pools (issue 21): AddressReservations, cluster-scoped custom resources.
+    "create_reservation": {Permission(DRACNI, "addressreservations", "", "create")},
+    "get_reservation": {Permission(DRACNI, "addressreservations", "", "get")},
+    "replace_reservation": {Permission(DRACNI, "addressreservations", "", "update")},
+    "delete_reservation": {Permission(DRACNI, "addressreservations", "", "delete")},
+    "list_node_reservations": {Permission(DRACNI, "addressreservations", "", "list")},
     "watch_node_pods": {Permission(CORE, "pods", "", "watch")},
 }
 
@@ -89,7 +98,8 @@ def permission_of_client_call(
 ) -> Permission:
     """``self.resource.patch_namespaced_resource_claim_status`` -> patch resourceclaims/status;
     ``self.custom.replace_namespaced_custom_object_status`` with ``custom`` = (group, version,
-    plural) -> update <plural>/status."""
+    plural) -> update <plural>/status; ``self.custom.create_cluster_custom_object`` (a
+    cluster-scoped custom resource) -> create <plural>."""
     for prefix, verb in _CLIENT_VERBS:  # noqa: B007 (verb is read after the break)
         if method.startswith(prefix):
             rest = method[len(prefix) :]
@@ -100,6 +110,8 @@ def permission_of_client_call(
         assert verb == "list", f"a watch goes through a list function, not {method}"
         verb = "watch"
     rest = rest.removeprefix("namespaced_").removesuffix("_for_all_namespaces")
+    if attribute == _CUSTOM:  # CustomObjectsApi: get_cluster_custom_object for a cluster-scoped one
+        rest = rest.removeprefix("cluster_")
     subresource = ""
     if rest.endswith("_status"):
         rest, subresource = rest.removesuffix("_status"), "status"

@@ -89,6 +89,7 @@ def test_namespace_is_set_and_consistent():
         "ValidatingAdmissionPolicyBinding",
         "DeviceClass",
         "Namespace",
+        "CustomResourceDefinition",
     }
     for key, obj in objects.items():
         if obj["kind"] in cluster_scoped:

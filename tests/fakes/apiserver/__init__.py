@@ -45,8 +45,9 @@ Bearer-token authentication (401), an optional authorizer hook (403), injected f
 (``fail_next``), a request log (``requests``) and ``stop()``/``start()`` (same port, same data)
 let tests drive a client through outages and assert exactly what it sent.
 
-Only the standard library and PyYAML are imported: nothing from ``dracni`` (the double must not
-share the assumptions of the code it tests) and no kubernetes client code runs inside the fake.
+Only the standard library and PyYAML are imported (and cel-python, by ``admission.py``, when a
+test asks for admission): nothing from ``dracni`` (the double must not share the assumptions of
+the code it tests) and no kubernetes client code runs inside the fake.
 
 The package, one job a module:
 
@@ -64,6 +65,8 @@ The package, one job a module:
 - Resources: ``resources.py`` (the table), ``claims.py``, ``slices.py``, ``core.py`` (nodes and
   namespaces), ``ipamclaims.py`` with ``ipamclaim_schema.py``; ``names.py`` (name rules),
   ``quantity.py`` (``resource.Quantity``).
+- Admission: ``admission.py`` (the ValidatingAdmissionPolicy plugin on cel-python, also used by
+  the policy tests; ``FakeApiServer(admission=[policy, binding, ...])``).
 - Feature gates: ``features.py`` (the gates; ``DRADeviceTaints`` too, on as from 1.36),
   ``device_taints.py`` (KEP-5055: slice taints defaulted, validated, dropped while the gate is
   off), ``consumable_capacity.py`` (KEP-5075: what is

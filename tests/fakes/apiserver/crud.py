@@ -21,6 +21,15 @@ from .selectors import Filter
 from .store import Store, check_preconditions
 
 
+def admit(store: Store, operation: str, res: Resource, name: str, new: Obj | None, old: Obj | None) -> None:
+    """Validating admission (admission.py) of a write made over HTTP, after the object's own
+    validation, before it is stored (store.go ``createValidation``/``updateValidation``/
+    ``deleteValidation``); the fake's direct helpers are not admitted."""
+    context = store.request_context()
+    if store.admission is not None and context is not None:
+        store.admission(operation, res, name, new, old, context.caller.user, context.caller.extra)
+
+
 def create(store: Store, kind: Kind, namespace: str, obj: Obj, mid: ManagerId) -> Obj:
     """Validate and store a new object (lock held)."""
     res = kind.res
@@ -36,6 +45,7 @@ def create(store: Store, kind: Kind, namespace: str, obj: Obj, mid: ManagerId) -
     obj, errs = kind.prepare_create(obj)
     if errs:
         raise invalid(res, name, errs)
+    admit(store, "CREATE", res, name, obj, None)
     return store.create(res, namespace, obj, mid)
 
 
@@ -87,6 +97,7 @@ def update(store: Store, kind: Kind, namespace: str, name: str, obj: Obj, mid: M
         new_meta["generation"] = int(cur_meta.get("generation") or 1) + 1
     if errs:
         raise invalid(res, name, errs)
+    admit(store, "UPDATE", res, name, new, current)
     if same_object(new, current):
         return copy.deepcopy(current)
     store.book(key).touch(mid, {f"f:{k}": {} for k in new if k not in ("apiVersion", "kind", "metadata", "status")})
@@ -198,6 +209,7 @@ def delete(
                     f"{preconditions['resourceVersion']}, ResourceVersion in object meta: "
                     f"{cur_meta.get('resourceVersion')}",
                 )
+        admit(store, "DELETE", res, name, None, current)
         finalizers = _finalizers_for_gc(list(current["metadata"].get("finalizers") or []), options)
         if finalizers:
             new = copy.deepcopy(current)

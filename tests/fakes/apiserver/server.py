@@ -68,6 +68,13 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
     asynchronous upstream: tests must wait for the events, not rely on timing.
     ``FakeApiServer(garbage_collector=False)`` runs without it.
 
+    Admission (``admission.py``): ``FakeApiServer(admission=[policy, binding, ...])`` runs those
+    ValidatingAdmissionPolicies (cel-python) on every create, update and delete made over HTTP,
+    with the caller's name and token ``extra`` (``users``/``user_extra``) in ``request.userInfo``,
+    and answers a denial as kube-apiserver does: ``<resource> "<name>" is forbidden:
+    ValidatingAdmissionPolicy '<policy>' with binding '<binding>' denied request: <message>``,
+    403 for reason ``Forbidden``, 422 for ``Invalid``.
+
     IPAMClaims (``k8s.cni.cncf.io/v1alpha1``, namespaced, a custom resource): served only with
     ``FakeApiServer(ipamclaims=True)`` or after ``install_ipamclaims()`` (without the CRD the group
     is absent from discovery and its paths answer 404, as on a cluster without OVN-Kubernetes or
@@ -124,6 +131,7 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
         feature_gates: Mapping[str, bool] | None = None,
         node_name: str | None = None,
         garbage_collector: bool = True,
+        admission: Iterable[Mapping[str, Any]] | None = None,
     ) -> None:
         self._own_dir = directory is None
         self.directory = str(directory) if directory is not None else tempfile.mkdtemp(prefix="fake-apiserver-")
@@ -142,6 +150,10 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
         self._store = Store(history_limit, FeatureGates(feature_gates))
         if garbage_collector:
             self._store.collector = GarbageCollector(self._store)
+        if admission is not None:
+            from .admission import AdmissionChain  # cel-python: only where a test asks for admission
+
+            self._store.admission = AdmissionChain([dict(d) for d in admission])
         self.bookmark_interval = bookmark_interval
         self.default_watch_timeout = default_watch_timeout
         #: ``authorizer(RequestAttributes) -> bool``; None allows everything.

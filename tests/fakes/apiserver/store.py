@@ -14,6 +14,7 @@ import copy
 import secrets
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +70,9 @@ class Store:
         self.local = threading.local()
         #: The garbage collector (gc.py), told of every write; None: no controller-manager.
         self.collector: GarbageCollector | None = None
+        #: Admission (admission.py ``AdmissionChain``; ``FakeApiServer(admission=...)``), asked by
+        #: crud.py before an HTTP create, update or delete is stored; None: no admission policies.
+        self.admission: Callable[..., None] | None = None
 
     def request_context(self) -> RequestContext | None:
         return getattr(self.local, "context", None)

@@ -9,7 +9,8 @@ the node's field and rule; every case the node accepts, or refuses for a reason 
 
 Two CEL implementations from PyPI run the policy, and nothing here imports dracni:
 
-- cel-python (``celpy``) runs it through ``AdmissionPolicy``, a small model of the API server's
+- cel-python (``celpy``) runs it through ``AdmissionPolicy`` (tests/fakes/apiserver/admission.py,
+  also the test API server's admission), a small model of the API server's
   ValidatingAdmissionPolicy plugin (k8s.io/apiserver/pkg/admission/plugin/policy/validating:
   dispatcher.go, validator.go; plugin/cel/composition.go; policy/generic/policy_dispatcher.go):
   the binding's paramRef resolved to ``params`` (missing + parameterNotFoundAction Allow: the
@@ -22,9 +23,6 @@ Two CEL implementations from PyPI run the policy, and nothing here imports dracn
   messageExpression is a string and a validation a bool, and evaluates the case table again:
   like the API server's cel-go (and unlike cel-python) it compares values of different types as
   unequal instead of failing.
-
-cel-python 0.5.0 returns a plain Python ``str``/``list`` from ``+``, without CEL's methods (a
-concatenated string then has no ``contains``); ``_plus`` keeps CEL's types.
 """
 
 from __future__ import annotations
@@ -33,9 +31,7 @@ import ast
 import copy
 import functools
 import json
-import operator
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +39,8 @@ import celpy
 import pytest
 import yaml
 from celpy import celtypes
-from celpy.evaluation import CELEvalError
 
+from tests.fakes.apiserver.admission import AdmissionPolicy, Decision, admission_request
 from tests.policy_cases import CASES, DRACNI, HOST_LOCAL, PolicyCase, attach, plugin
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -54,7 +50,6 @@ CONFIGMAP_FILE = DEPLOY / "policy-configmap.yaml"
 DRIVER = "dracni.io"
 NAMESPACE = "dracni-system"
 DENIED = "ValidatingAdmissionPolicy 'dracni-claim-parameters' with binding 'dracni-claim-parameters' denied request: "
-MAX_MESSAGE_BYTES = 5 * 1024  # k8s.io/apiserver/pkg/apis/cel: MaxEvaluatedMessageExpressionSizeBytes
 
 
 def load_docs(path: Path) -> list[dict[str, Any]]:
@@ -74,195 +69,6 @@ def shipped_configmap() -> dict[str, Any]:
 
 def shipped_types(key: str) -> set[str]:
     return {t.strip() for t in shipped_configmap()["data"][key].split(",") if t.strip()}
-
-
-# -- a ValidatingAdmissionPolicy evaluator on cel-python --------------------------------------------
-
-
-def _plus(left: Any, right: Any) -> Any:
-    if isinstance(left, str) and isinstance(right, str):
-        return celtypes.StringType(str.__add__(left, right))
-    if isinstance(left, list) and isinstance(right, list):
-        return celtypes.ListType(list.__add__(left, right))
-    return operator.add(left, right)
-
-
-class EvalError(Exception):
-    """A CEL evaluation error (the API server's failurePolicy decides what it means)."""
-
-
-@dataclass
-class Decision:
-    allowed: bool
-    message: str = ""
-    reason: str = ""
-    evaluated: bool = True  # False: the policy did not run (no match, or no params with Allow)
-    errors: list[str] = field(default_factory=list)  # evaluation errors among the denials
-
-
-class AdmissionPolicy:
-    """One ValidatingAdmissionPolicy and its binding, compiled with cel-python."""
-
-    def __init__(self, policy: dict[str, Any], binding: dict[str, Any]) -> None:
-        self.policy, self.binding = policy, binding
-        spec = policy["spec"]
-        assert binding["spec"]["policyName"] == policy["metadata"]["name"]
-        self.env = celpy.Environment()
-        self.match_conditions = [(m["name"], self.compile(m["expression"])) for m in spec.get("matchConditions", [])]
-        self.variables = {v["name"]: self.compile(v["expression"]) for v in spec.get("variables", [])}
-        self.validations = [
-            (
-                self.compile(v["expression"]),
-                self.compile(v["messageExpression"]) if v.get("messageExpression") else None,
-                v,
-            )
-            for v in spec["validations"]
-        ]
-
-    def compile(self, expression: str) -> Any:
-        return self.env.program(self.env.compile(expression), functions={"_+_": _plus})
-
-    # -- matching (policy/matching) and params (generic.CollectParams) --
-    def matches(self, request: dict[str, Any]) -> bool:
-        for rule in self.policy["spec"]["matchConstraints"]["resourceRules"]:
-            if (
-                request["resource"]["group"] in rule["apiGroups"]
-                and ("*" in rule["apiVersions"] or request["resource"]["version"] in rule["apiVersions"])
-                and request["operation"] in rule["operations"]
-                and request["resource"]["resource"] in rule["resources"]
-            ):
-                return True
-        return False
-
-    def params(self, configmaps: dict[tuple[str, str], dict[str, Any]]) -> tuple[bool, dict[str, Any] | None]:
-        """(found, params): a binding without paramRef runs with null params."""
-        ref = self.binding["spec"].get("paramRef")
-        if ref is None:
-            return True, None
-        found = configmaps.get((ref["namespace"], ref["name"]))
-        if found is None:
-            return False, None
-        return True, found
-
-    # -- evaluation (validating/validator.go, cel/composition.go) --
-    def admit(
-        self,
-        obj: dict[str, Any],
-        *,
-        operation: str = "CREATE",
-        old: dict[str, Any] | None = None,
-        configmaps: dict[tuple[str, str], dict[str, Any]] | None = None,
-    ) -> Decision:
-        request = admission_request(obj, operation)
-        if not self.matches(request):
-            return Decision(True, evaluated=False)
-        found, params = self.params(configmaps or {})
-        if not found:
-            action = self.binding["spec"]["paramRef"].get("parameterNotFoundAction", "Deny")
-            if action == "Allow":  # no params: the binding is not evaluated at all
-                return Decision(True, evaluated=False)
-            return self.deny("no params found for policy binding with `Deny` parameterNotFoundAction", error=True)
-        activation = self.activation(obj, old, params, request)
-        falsy, errors = False, []
-        for name, program in self.match_conditions:
-            try:
-                if not self.run(program, activation):
-                    falsy = True
-            except EvalError as exc:
-                errors.append(f"matchCondition {name}: {exc}")
-        if falsy:
-            return Decision(True, evaluated=False)
-        if errors:
-            return self.deny(errors[0], error=True)
-        results = []
-        for program, _, _ in self.validations:
-            try:
-                results.append(bool(self.run(program, activation)))
-            except EvalError as exc:
-                results.append(exc)
-        messages = self.activation(obj, old, params, request)  # messages: a new variable context
-        for result, (_, message_program, validation) in zip(results, self.validations, strict=True):
-            if isinstance(result, EvalError):
-                return self.deny(str(result), error=True)
-            if result:
-                continue
-            message = ""
-            if message_program is not None:
-                try:
-                    value = self.run(message_program, messages)
-                except EvalError:
-                    value = None
-                if isinstance(value, str):
-                    message = value.strip()
-                    if len(message.encode()) > MAX_MESSAGE_BYTES or "\n" in message:
-                        message = ""
-            if not message:
-                message = (validation.get("message") or "").strip()
-            if not message:
-                message = f"failed expression: {validation['expression'].strip()}"
-            return self.deny(message, reason=validation.get("reason", "Invalid"))
-        return Decision(True)
-
-    def activation(
-        self, obj: dict[str, Any], old: dict[str, Any] | None, params: Any, request: dict[str, Any]
-    ) -> dict[str, Any]:
-        activation: dict[str, Any] = {
-            "object": celpy.json_to_cel(obj),
-            "oldObject": celpy.json_to_cel(old),
-            "params": celpy.json_to_cel(params),
-            "request": celpy.json_to_cel(request),
-        }
-        activation["variables"] = LazyVariables(self, activation)
-        return activation
-
-    def run(self, program: Any, activation: dict[str, Any]) -> Any:
-        try:
-            value = program.evaluate(activation)
-        except CELEvalError as exc:
-            raise EvalError(str(exc)) from None
-        if isinstance(value, CELEvalError):
-            raise EvalError(str(value))
-        return value
-
-    def deny(self, message: str, *, reason: str = "", error: bool = False) -> Decision:
-        name, binding = self.policy["metadata"]["name"], self.binding["metadata"]["name"]
-        text = f"ValidatingAdmissionPolicy '{name}' with binding '{binding}' denied request: {message}"
-        return Decision(False, text, reason, errors=[message] if error else [])
-
-
-class LazyVariables(celtypes.MapType):
-    """``variables``: each one evaluated on first use (by name), then kept for the rest of the pass."""
-
-    def __init__(self, policy: AdmissionPolicy, activation: dict[str, Any]) -> None:
-        super().__init__()
-        self._policy, self._activation = policy, activation
-
-    def __missing__(self, name: str) -> Any:
-        program = self._policy.variables[name]  # KeyError: no such variable
-        try:
-            value = program.evaluate(self._activation)
-        except CELEvalError as exc:
-            value = exc
-        dict.__setitem__(self, name, value)
-        return value
-
-
-def admission_request(obj: dict[str, Any], operation: str) -> dict[str, Any]:
-    """The ``request`` variable (cel.CreateAdmissionRequest), for resource.k8s.io objects."""
-    group, _, version = obj["apiVersion"].partition("/")
-    resource = {"ResourceClaim": "resourceclaims", "ResourceClaimTemplate": "resourceclaimtemplates"}[obj["kind"]]
-    meta = obj.get("metadata", {})
-    return {
-        "kind": {"group": group, "version": version, "kind": obj["kind"]},
-        "resource": {"group": group, "version": version, "resource": resource},
-        "requestKind": {"group": group, "version": version, "kind": obj["kind"]},
-        "requestResource": {"group": group, "version": version, "resource": resource},
-        "name": meta.get("name", ""),
-        "namespace": meta.get("namespace", ""),
-        "operation": operation,
-        "userInfo": {"username": "tenant"},
-        "dryRun": False,
-    }
 
 
 @pytest.fixture(scope="module")
