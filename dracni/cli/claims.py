@@ -4,7 +4,7 @@ files, show the state dir, validate parameters."""
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -156,9 +156,17 @@ def publish_status(claims_path: str, state_dir: str, driver: str) -> None:
 @click.command()
 @state_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print the raw records as JSON.")
-def inspect(state_dir: str, as_json: bool) -> None:
-    """Show what the state dir holds: prepared claims, attachments, pending status, and the
-    records that cannot be read (in place, or moved aside into quarantine/)."""
+@click.option(
+    "--node-name",
+    envvar="NODE_NAME",
+    default=None,
+    help="With --kubeconfig: also list this node's AddressReservations from the API server.",
+)
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file, to read reservations.")
+def inspect(state_dir: str, as_json: bool, node_name: str | None, kubeconfig: str | None) -> None:
+    """Show what the state dir holds: prepared claims (with their pool addresses), attachments,
+    pending status, and the records that cannot be read (in place, or moved aside into
+    quarantine/); with --node-name and --kubeconfig, the node's address reservations too."""
     from ..state.records import is_pending
     from ..state.store import BadRecord
 
@@ -166,6 +174,7 @@ def inspect(state_dir: str, as_json: bool) -> None:
     bad: list[BadRecord] = []
     claims, attachments, outbox = state.list_claims(bad), state.list_attachments(bad=bad), state.list_outbox(bad)
     quarantined = state.list_quarantine()
+    reservations = _node_reservations(node_name, kubeconfig) if node_name and kubeconfig else None
     if as_json:
         snapshot = {
             "stateDir": state.root,
@@ -175,6 +184,8 @@ def inspect(state_dir: str, as_json: bool) -> None:
             "unreadable": [{"path": b.path, "reason": str(b), "newer": b.newer} for b in bad],
             "quarantine": [{"path": path, "reason": reason} for path, reason in quarantined],
         }
+        if reservations is not None:
+            snapshot["reservations"] = reservations
         click.echo(jsonio.dumps(snapshot, pretty=True).decode())
         return
     click.echo(f"state dir {state.root}")
@@ -188,6 +199,8 @@ def inspect(state_dir: str, as_json: bool) -> None:
                 f"    {spec['request']}: {spec['pool']}/{spec['device']} ifName={spec.get('ifName') or 'auto'} "
                 f"{plugins}"
             )
+            for line in _pool_lines(spec, {p.get("uid"): p.get("name") for p in c.get("pods", [])}):
+                click.echo(f"      {line}")
     click.echo(f"attachments: {len(attachments)}")
     for a in attachments:
         pod = a.get("pod") or {}
@@ -211,6 +224,43 @@ def inspect(state_dir: str, as_json: bool) -> None:
     click.echo(f"quarantined records: {len(quarantined)}")
     for path, reason in quarantined:
         click.echo(f"  {reason}" if path in reason else f"  {path}: {reason}")
+    if reservations is not None:
+        click.echo(f"address reservations of node {node_name}: {len(reservations)}")
+        click.echo(f"  {'NAME':<34} {'POOL':<12} {'ADDRESS':<24} CLAIM")
+        for obj in reservations:
+            rspec: dict[str, Any] = obj.get("spec") or {}
+            holder: dict[str, Any] = rspec.get("claim") or {}
+            keep = " (kept)" if rspec.get("keep") else ""
+            click.echo(
+                f"  {obj['metadata']['name']:<34} {rspec.get('pool', '?'):<12} {rspec.get('address', '?'):<24} "
+                f"{holder.get('namespace')}/{holder.get('name')}{keep}"
+            )
+
+
+def _pool_lines(spec: Any, pod_names: dict[Any, Any]) -> list[str]:
+    """A prepared device's pool addresses: the claim's (pinned), or each pod's."""
+    pool = spec.get("addressPool")
+    if not pool:
+        return []
+    name = pool.get("name", "?")
+    if spec.get("requestedIPs"):
+        return [f"pool {name}: {', '.join(spec['requestedIPs'])} (the claim's)"]
+    return [
+        f"pool {name}: {', '.join(ips)} (pod {pod_names.get(uid) or uid})"
+        for uid, ips in sorted((spec.get("poolIPs") or {}).items())
+    ]
+
+
+def _node_reservations(node: str, kubeconfig: str) -> list[dict[str, Any]]:
+    from ..kube.api import ApiError, KubeApi, load_api_client
+    from ..pools.reservations import NODE_LABEL
+
+    try:
+        api = KubeApi(load_api_client(kubeconfig, node))
+        items = api.list_node_reservations(f"{NODE_LABEL}={node}")
+    except (ApiError, OSError, ValueError) as exc:
+        raise click.ClickException(f"cannot list the address reservations of node {node}: {exc}") from None
+    return sorted(items, key=lambda o: o["metadata"]["name"])
 
 
 @click.command()
