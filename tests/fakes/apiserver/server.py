@@ -121,6 +121,7 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
         default_watch_timeout: float = 1800.0,
         namespaces: Iterable[str] = ("default", "kube-system"),
         ipamclaims: bool = False,
+        crds: Iterable[Mapping[str, Any]] = (),
         feature_gates: Mapping[str, bool] | None = None,
         node_name: str | None = None,
         garbage_collector: bool = True,
@@ -156,9 +157,12 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
         self.port: int | None = None
         self.kubeconfig_path = os.path.join(self.directory, "kubeconfig")
         self.other_kubeconfig_path = os.path.join(self.directory, "kubeconfig-other")
-        self._ipamclaims = bool(ipamclaims)
         for namespace in namespaces:
             self.add_namespace(namespace)
+        for crd in crds:
+            self.install_crd(dict(crd))
+        if ipamclaims:
+            self.install_ipamclaims()
 
     @property
     def feature_gates(self) -> dict[str, bool]:
