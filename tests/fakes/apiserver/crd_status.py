@@ -34,32 +34,33 @@ def status_ops(res: Resource, schema: crd_schema.Schema, hook: Hook | None) -> S
     def prune_status(status: Any) -> Any:
         return crd_schema.prune(status, status_schema, root=False)[0]
 
-    def commit(store: Store, namespace: str, name: str, current: Obj, status: Obj, book: Bookkeeping) -> Obj:
-        """Validate the new status, drop status managers left owning nothing, store it (unless
-        nothing changed)."""
-        errs = crd_schema.validate(status, status_schema, "status") if status else []
-        if status and hook is not None:
+    def commit(store: Store, namespace: str, name: str, current: Obj, status: Obj | None, book: Bookkeeping) -> Obj:
+        """Validate the new status (None: cleared, not validated), drop status managers left
+        owning nothing, store it (unless nothing changed; an empty status is stored as none)."""
+        errs = crd_schema.validate(status, status_schema, "status") if status is not None else []
+        if status is not None and hook is not None:
             errs += hook({"status": status})
         if errs:
             raise invalid(res, name, errs)
         for mid in [m for m in book.managers if m[2] == "status"]:
             if not any(mid in owners for owners in book.status_fields.values()) and not book.managers[mid]["fields"]:
                 book.managers.pop(mid, None)
-        return store.commit_status(res, namespace, name, current, status, book)
+        return store.commit_status(res, namespace, name, current, status or {}, book)
 
     def update(store: Store, namespace: str, name: str, current: Obj, status: Any, mid: ManagerId) -> Obj:
-        """An Update operation on the status: ``mid`` owns the top-level fields it changed."""
-        if status is None:
-            status = {}
-        if not isinstance(status, dict):
+        """An Update operation on the status (None clears it): ``mid`` owns the top-level fields
+        it changed."""
+        if status is not None and not isinstance(status, dict):
             raise invalid(res, name, [crd_schema.type_error("status", status, "object")])
-        status = prune_status(status)
+        if status is not None:
+            status = prune_status(status)
         old = current.get("status") or {}
+        new = status or {}
         book = copy.deepcopy(store.books.get((res.plural, namespace, name)) or Bookkeeping())
-        for fname in set(old) | set(status):
-            if fname not in status:
+        for fname in set(old) | set(new):
+            if fname not in new:
                 book.status_fields.pop(fname, None)
-            elif fname not in old or not json_equal(old[fname], status[fname]):
+            elif fname not in old or not json_equal(old[fname], new[fname]):
                 book.status_fields[fname] = {mid}
         book.touch(mid)
         return commit(store, namespace, name, current, status, book)
@@ -112,5 +113,7 @@ def set_status(
     ops: StatusOps, store: Store, res: Resource, namespace: str, name: str, status: Obj | None, manager: str
 ) -> Obj:
     """Another controller's status ``PUT``, for the test helpers (no resourceVersion check)."""
-    body = {"apiVersion": res.api_version, "kind": res.kind, "metadata": {"name": name}, "status": status or {}}
+    body: Obj = {"apiVersion": res.api_version, "kind": res.kind, "metadata": {"name": name}}
+    if status is not None:
+        body["status"] = status
     return ops.put(store, namespace, name, body, (manager, "Update", "status"))
