@@ -68,6 +68,11 @@ CASES = [
     ),
     PolicyCase("profile-sticky", attach(persistentIPs=True, ipamClaim="net-ips")),
     PolicyCase(
+        "profile-own-address-pool",
+        attach(addressPool={"name": "mine", "subnets": [{"subnet": "10.10.1.0/24"}]}),
+        ("parameters.addressPool", "addressPools"),
+    ),
+    PolicyCase(
         "profile-ips-outside-ranges",
         attach(runtimeConfig={"ips": ["192.168.7.5/24"]}),
         ("parameters.runtimeConfig.ips[0]", "networkRanges"),
@@ -119,6 +124,15 @@ CASES = [
     # -- full claim configs, opted into by the administrator --------------------------------
     PolicyCase(
         "full-macvlan", attach(ifName="net1", config=plugin("macvlan", mode="bridge", ipam=HOST_LOCAL)), mode="full"
+    ),
+    PolicyCase(
+        "full-own-address-pool",
+        attach(
+            config=plugin("macvlan", mode="bridge", ipam=HOST_LOCAL),
+            addressPool={"name": "mine", "subnets": [{"subnet": "10.20.0.0/24"}]},
+        ),
+        ("parameters.addressPool", "addressPools"),
+        mode="full",
     ),
     PolicyCase(
         "full-conflist-with-tuning",

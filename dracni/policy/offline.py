@@ -70,6 +70,10 @@ def check_found(found: FoundConfig, policy: TenantPolicy, networks: dict[str, De
         if params["config"] is None:
             raise ParameterError("class parameters.config", "a DeviceClass config must define its network (config)")
         check_any_source(params, "class parameters")
+        if params.get("addressPool") is not None:
+            from ..pools.model import check_pool_network
+
+            check_pool_network(params, "class parameters")
         return
     params = validate_parameters(found.parameters)
     if params["config"] is not None:

@@ -77,6 +77,7 @@ def check_claim_config(params: DeviceParameters, policy: TenantPolicy, where: st
     assert config is not None
     if policy.claim_configs != FULL:
         raise refuse(f"{where}.config", "a claim config may not define its own network", "claimConfigs")
+    _check_no_pool(params, where)
     check_any_source(params, where)
     for index, plugin in enumerate(config["plugins"]):
         field = plugin_field(where, index, params["single"])
@@ -105,7 +106,6 @@ def check_claim_config(params: DeviceParameters, policy: TenantPolicy, where: st
             raise ParameterError(f"{field}.capabilities", "must be an object of capability name -> true/false")
         if capabilities.get(PORT_MAPPINGS) and not policy.port_mappings:
             raise refuse(f"{field}.capabilities.{PORT_MAPPINGS}", "reaches the node's ports", "runtimeKeys")
-    _check_no_pool(params, where)
     allowed_runtime = CLAIM_RUNTIME_KEYS | ({PORT_MAPPINGS} if policy.port_mappings else set())
     _check_runtime_keys(params, allowed_runtime, where)
     if params["capabilities"].get(PORT_MAPPINGS) and not policy.port_mappings:
