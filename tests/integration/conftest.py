@@ -9,8 +9,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.harness import CNI_TOOLS, DRACNI_BINARY, Lab, attachment_params, claim_manifest
+from tests.harness import CNI_TOOLS, DRACNI_BINARY, REPO, Lab, attachment_params, claim_manifest
 
 pytestmark = pytest.mark.integration
 
@@ -102,12 +103,19 @@ def assert_records_match_schema(state_dir: Path) -> int:
 # -- the kubelet plugin service against the test API server, with a fake kubelet ------------------
 @contextlib.contextmanager
 def running_api_server(tmp_path: Path, feature_gates: dict[str, bool] | None = None):
-    """The test API server with this node registered; ``feature_gates`` as the server's.  Its
-    token stands for the DaemonSet pod's on NODE (the node-name extra of a pod-bound token)."""
+    """The test API server with this node registered and dracni's AddressReservation CRD
+    installed; ``feature_gates`` as the server's.  Its token stands for the DaemonSet pod's on
+    NODE (the node-name extra of a pod-bound token)."""
     from tests.fakes.apiserver import FakeApiServer
     from tests.integration.service import NODE
 
-    server = FakeApiServer(tmp_path / "apiserver", ipamclaims=True, feature_gates=feature_gates, node_name=NODE).start()
+    server = FakeApiServer(
+        tmp_path / "apiserver",
+        ipamclaims=True,
+        crds=[yaml.safe_load((REPO / "spec" / "crds" / "addressreservations.dracni.io.yaml").read_text())],
+        feature_gates=feature_gates,
+        node_name=NODE,
+    ).start()
     server.add_node(NODE)
     try:
         yield server

@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from tests.fakes.allocator import allocate
-from tests.harness import REPO, Lab, attachment_params, claim_manifest, ip, write_manifest
-from tests.integration.conftest import addresses
+from tests.harness import REPO, Lab, attachment_params, claim_manifest, ip
+from tests.integration.conftest import addresses, prepare_ok
+from tests.integration.service import NODE, ServiceProcess, claim_ref
 
 DEPLOY_EXAMPLES = REPO / "packaging" / "deploy" / "examples"
 FULL = ("--claim-configs=full",)
@@ -253,15 +254,16 @@ def test_full_claim_config_when_allowed_is_bound_and_managed(lab, pod_uid):
     assert not (lab.state_dir / "ipam" / "own" / "10.20.0.2").exists()
 
 
-# -- the deploy examples, as a cluster would allocate them ------------------------------------------
+# -- the deploy examples, as a cluster would allocate them, through the service ---------------------
 
 
 def example(name: str) -> dict:
     return yaml.safe_load((DEPLOY_EXAMPLES / name).read_text())
 
 
-def example_claim(lab: Lab, template_file: str, class_file: str, device: str, pod_uid: str) -> dict:
-    """A claim made from an example template, allocated ``device`` as the scheduler would."""
+def example_claim(api, lab: Lab, template_file: str, class_file: str, device: str, pod_uid: str) -> dict:
+    """A claim made from an example template, allocated ``device`` of the service's node as the
+    scheduler would, and stored in the test API server."""
     template = example(template_file)
     device_class = example(class_file)
     # The administrator's host-local keeps its files in the lab, not in the machine's /var/lib/cni.
@@ -273,45 +275,75 @@ def example_claim(lab: Lab, template_file: str, class_file: str, device: str, po
     allocation = allocate(
         spec,
         {device_class["metadata"]["name"]: device_class},
-        {request["name"]: ("dracni.io", "node1", device)},
-        node="node1",
+        {request["name"]: ("dracni.io", NODE, device)},
+        node=NODE,
     )
     name = template["metadata"]["name"] + "-claim"
+    api.create_claim(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": spec,
+        }
+    )
+    api.set_claim_allocation("default", name, allocation, [{"resource": "pods", "name": "demo", "uid": pod_uid}])
+    return api.get_claim("default", name)
+
+
+@pytest.fixture
+def example_service(lab, api):
+    """The service as the DaemonSet runs it, eth2 offered whole (host-device moves it)."""
+    svc = ServiceProcess(lab, api, extra_args=("--nic-sharing=eth2=exclusive",))
+    try:
+        svc.start()
+        yield svc
+    finally:
+        svc.close()
+
+
+def reservations_of(api, claim: dict) -> dict[str, str]:
+    """address -> pool of the claim's AddressReservations."""
+    uid = claim["metadata"]["uid"]
     return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
-        "spec": spec,
-        "status": {"allocation": allocation, "reservedFor": [{"resource": "pods", "name": "demo", "uid": pod_uid}]},
+        o["spec"]["address"]: o["spec"]["pool"]
+        for o in api.list_custom_objects("addressreservations")
+        if o["spec"]["claim"]["uid"] == uid
     }
 
 
-def test_deploy_examples_work_under_the_default_policy(lab, pod_uid):
+def test_deploy_examples_work_under_the_default_policy(lab, api, example_service, pod_uid):
     claims = [
-        example_claim(lab, "macvlan-template.yaml", "macvlan-network.yaml", "eth1", pod_uid),
-        example_claim(lab, "host-device-template.yaml", "host-device-network.yaml", "eth2", pod_uid),
+        example_claim(api, lab, "macvlan-template.yaml", "macvlan-network.yaml", "eth1", pod_uid),
+        example_claim(api, lab, "host-device-template.yaml", "host-device-network.yaml", "eth2", pod_uid),
     ]
     for claim in claims:
-        write_manifest(lab.claims_dir, claim)
-    lab.prepare(args=("--nic-sharing=eth2=exclusive",))  # as the DaemonSet's comment says for passthrough NICs
+        prepare_ok(example_service.kubelet, claim)
     pod = lab.pod()
     lab.cnitool("add", pod, pod_uid=pod_uid)
     links = pod.links()
-    assert addresses(links, "net1") == ["10.10.1.2/24"]
-    assert addresses(links, "data0") == ["10.10.3.10/24"]
+    # macvlan: the address the service reserved in the cluster-wide pool, and only that one
+    [net1] = addresses(links, "net1")
+    assert reservations_of(api, claims[0]) == {net1.split("/")[0]: "lan-eth1"}
+    assert net1.endswith("/24") and net1.startswith("10.10.1.") and net1 != "10.10.1.1/24"
+    assert addresses(links, "data0") == ["10.10.3.10/24"]  # host-device: its own static address
     assert "eth2" not in lab.host.links()
     lab.cnitool("del", pod, pod_uid=pod_uid)
     assert "eth2" in lab.host.links() and set(pod.links()) == {"lo"}
+    for claim in claims:
+        assert not example_service.kubelet.unprepare([claim_ref(claim)])[claim["metadata"]["uid"]].error
+    assert api.list_custom_objects("addressreservations") == []  # released with the claim
 
 
-def test_deploy_ipvlan_example_under_the_default_policy(lab, pod_uid):
+def test_deploy_ipvlan_example_under_the_default_policy(lab, api, example_service, pod_uid):
     probe = ip("link", "add", "ipvprobe", "link", "eth1", "type", "ipvlan", netns=lab.host.name, check=False)
     if probe.returncode != 0:
         pytest.skip(f"this kernel has no ipvlan support: {probe.stderr.decode().strip()}")
     ip("link", "del", "ipvprobe", netns=lab.host.name)
-    write_manifest(lab.claims_dir, example_claim(lab, "ipvlan-template.yaml", "ipvlan-network.yaml", "eth1", pod_uid))
-    lab.prepare()
+    claim = example_claim(api, lab, "ipvlan-template.yaml", "ipvlan-network.yaml", "eth1", pod_uid)
+    prepare_ok(example_service.kubelet, claim)
     pod = lab.pod()
     lab.cnitool("add", pod, pod_uid=pod_uid)
-    assert addresses(pod.links(), "net1") == ["10.10.2.10/24"]
+    assert addresses(pod.links(), "net1") == ["10.10.2.10/24"]  # the template's pick, reserved for it
+    assert reservations_of(api, claim) == {"10.10.2.10": "lan-ipvlan"}
     lab.cnitool("del", pod, pod_uid=pod_uid)
