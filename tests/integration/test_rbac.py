@@ -20,7 +20,9 @@ gate on and off (a 1.34/1.35 server, where only the front-door ``patch`` is chec
 The flow: slices published (one replaced, one stale deleted), wiped and re-created; claims
 prepared through the fake kubelet (one missing, which forces a GET); an attachment ADDed and
 DELeted with cnitool; its status published; an IPAMClaim read at prepare and its status written
-after ADD; the missing claim's PrepareFailed Event created, and patched into a series when kubelet
+after ADD; its address, from an address pool, taken over from the node that held it (get,
+update) and kept at unprepare; another pool claim's reservation made and released (create,
+delete); the node's reservations listed at start; the missing claim's PrepareFailed Event created, and patched into a series when kubelet
 retries it.  Then no request was refused, and every permission the ClusterRole grants was used.
 """
 
@@ -33,6 +35,7 @@ import pytest
 
 from dracni.inventory.slices import slice_name
 from tests.fakes.apiserver import FakeApiServer, RequestAttributes
+from tests.harness import REPO
 from tests.integration.service import (
     DRIVER,
     NODE,
@@ -115,10 +118,12 @@ def api(request, tmp_path, service_account_user):
         tmp_path / "apiserver",
         user=service_account_user,
         ipamclaims=True,
+        crds=[load_one(REPO / "spec" / "crds" / "addressreservations.dracni.io.yaml")],
         node_name=NODE,
         feature_gates=getattr(request, "param", None),
     ).start()
     server.add_node(NODE)
+    server.add_node(OTHER_NODE)
     try:
         yield server
         assert not server.internal_errors, server.internal_errors[0]
@@ -140,6 +145,43 @@ def our_slice(name: str, devices: list[dict] | None = None) -> dict:
     }
 
 
+OTHER_NODE = "node-b"
+POOL = {"name": "lan", "subnets": [{"subnet": "10.10.1.0/24"}]}
+
+
+def kept_elsewhere(api: FakeApiServer, claim: dict, address: str) -> None:
+    """The claim's kept reservation of ``address``, held by another node (its last pod ran there)."""
+    from kubernetes import client
+
+    meta = claim["metadata"]
+    body = {
+        "apiVersion": "dracni.io/v1alpha1",
+        "kind": "AddressReservation",
+        "metadata": {"name": f"lan.{address}", "labels": {"dracni.io/node": OTHER_NODE, "dracni.io/pool": "lan"}},
+        "spec": {
+            "pool": "lan",
+            "address": address,
+            "node": OTHER_NODE,
+            "claim": {"namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]},
+            "request": "net",
+            "device": f"{OTHER_NODE}/eth1",
+            "keep": True,
+        },
+    }
+    with client.ApiClient(client_config(api)) as admin:
+        client.CustomObjectsApi(admin).create_cluster_custom_object(
+            "dracni.io", "v1alpha1", "addressreservations", body
+        )
+
+
+def client_config(api: FakeApiServer):
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=api.kubeconfig_path, client_configuration=configuration)
+    return configuration
+
+
 @SERVERS
 def test_the_service_needs_exactly_the_clusterrole(lab, api):
     # Left by a previous run of the service: one slice to replace (PUT), one to delete.
@@ -148,6 +190,18 @@ def test_the_service_needs_exactly_the_clusterrole(lab, api):
     api.create_slice(our_slice(current))
     api.create_slice(our_slice(stale))
     api.create_ipamclaim("default", "vm-a.net1", network="vm-net", interface="net1")
+    # A VM's claim on a network with an address pool: its IPAMClaim keeps 10.10.1.77, whose
+    # reservation another node holds (the VM ran there): this node takes it over (get, update).
+    pod_uid = new_pod_uid()
+    params = macvlan_params(lab, network="vm-net") | {"ipamClaim": "vm-a.net1", "addressPool": POOL}
+    claim = create_allocated_claim(api, "vm", pod_uid, params, pod_name="virt-launcher-a")
+    api.set_ipamclaim_status("default", "vm-a.net1", {"ips": ["10.10.1.77/24"]})
+    kept_elsewhere(api, claim, "10.10.1.77")
+    # A pod's claim on the same pool: reserved at prepare (create), released at unprepare (delete).
+    web_uid = new_pod_uid()
+    web = create_allocated_claim(
+        api, "web", web_uid, macvlan_params(lab, network="web-net") | {"addressPool": POOL}, pod_name="web"
+    )
 
     authorizer = ClusterRoleAuthorizer()
     api.authorizer = authorizer
@@ -163,9 +217,6 @@ def test_the_service_needs_exactly_the_clusterrole(lab, api):
         assert [s["metadata"]["name"] for s in slices] == [current]
         assert {d["name"] for d in slices[0]["spec"]["devices"]} >= {"eth1", "eth2"}
 
-        pod_uid = new_pod_uid()
-        params = macvlan_params(lab, network="vm-net") | {"ipamClaim": "vm-a.net1"}
-        claim = create_allocated_claim(api, "vm", pod_uid, params, pod_name="virt-launcher-a")
         # A claim the API server does not have: the cache misses and GETs it (404).
         responses = kubelet.prepare([claim_ref(claim), ("default", "0000-missing", "missing")])
         assert not responses[claim["metadata"]["uid"]].error, responses[claim["metadata"]["uid"]].error
@@ -193,6 +244,11 @@ def test_the_service_needs_exactly_the_clusterrole(lab, api):
             "status.devices cleared (or Detached) after DEL",
         )
         assert not kubelet.unprepare([claim_ref(claim)])[claim["metadata"]["uid"]].error
+        taken_over = api.get_custom_object("addressreservations", "lan.10.10.1.77")
+        assert taken_over["spec"]["node"] == NODE and taken_over["spec"]["keep"]  # kept after unprepare
+        assert not kubelet.prepare([claim_ref(web)])[web["metadata"]["uid"]].error
+        assert not kubelet.unprepare([claim_ref(web)])[web["metadata"]["uid"]].error
+        assert [o["spec"]["claim"]["name"] for o in api.list_custom_objects("addressreservations")] == ["vm"]
 
         api.delete_all_slices(node=NODE)  # what kubelet does when it starts
         wait_for(lambda: api.list_slices(node=NODE, driver=DRIVER), 10.0, "re-created ResourceSlices")
