@@ -80,10 +80,13 @@ CRD = {
                                         "type": "string",
                                         "maxLength": 40,
                                         "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+                                        "x-kubernetes-validations": [
+                                            {"rule": "self == oldSelf", "message": "spec.pool is immutable"}
+                                        ],
                                     },
                                     "address": {"type": "string", "maxLength": 39},
                                     "node": {"type": "string"},
-                                    "claim": _REF,
+                                    "claim": {**_REF, "x-kubernetes-validations": [{"rule": "self == oldSelf"}]},
                                     "request": {"type": "string"},
                                     "device": {"type": "string"},
                                     "pod": _REF,
@@ -168,6 +171,8 @@ def reservation(address: str, node: str = "node-1", pool: str = "lan", **spec) -
             "address": address,
             "node": node,
             "claim": {"namespace": "ns", "name": "c", "uid": "u-1"},
+            "request": "net",
+            "device": "nics/eth1",
             **spec,
         },
     }
@@ -343,6 +348,21 @@ def test_schema_violations_are_422_with_field_paths(fake, custom):
     assert fake.get_custom_object(PLURAL, "lan.10.10.1.7") == good
 
 
+def test_immutability_transition_rules(fake, custom):
+    """``x-kubernetes-validations: [{rule: self == oldSelf}]``: the one CEL rule the fake runs."""
+    create(custom, reservation("10.10.1.7"))
+    with pytest.raises(UnprocessableEntityException) as info:
+        custom.patch_cluster_custom_object(
+            GROUP, VERSION, PLURAL, "lan.10.10.1.7", {"spec": {"pool": "wan", "claim": {"uid": "u-2"}}}
+        )
+    assert [(c["field"], c["message"]) for c in body_of(info.value)["details"]["causes"]] == [
+        ("spec.pool", 'Invalid value: "string": spec.pool is immutable'),
+        ("spec.claim", 'Invalid value: "object": failed rule: self == oldSelf'),
+    ]
+    moved = custom.patch_cluster_custom_object(GROUP, VERSION, PLURAL, "lan.10.10.1.7", {"spec": {"node": "node-2"}})
+    assert moved["spec"]["node"] == "node-2"  # no rule on node
+
+
 # -- kubectl get ------------------------------------------------------------------------------------
 def test_table_output_has_the_printer_columns(fake, custom, api_client):
     create(custom, reservation("10.10.1.7", keep=True))
@@ -513,6 +533,11 @@ def test_the_shipped_crd_is_served(tmp_path):
             custom = client.CustomObjectsApi(api)
             created = create(custom, reservation("10.10.1.7"))
             assert created["spec"]["address"] == "10.10.1.7"
+            with pytest.raises(UnprocessableEntityException) as info:
+                custom.patch_cluster_custom_object(
+                    GROUP, VERSION, PLURAL, "lan.10.10.1.7", {"spec": {"address": "10.10.1.8"}}
+                )
+            assert [c["field"] for c in body_of(info.value)["details"]["causes"]] == ["spec.address"]
             table = raw_get(api, f"/apis/{GROUP}/{VERSION}/{PLURAL}", TABLE_ACCEPT)
             names = [c["name"] for c in table["columnDefinitions"]]
             assert names[:1] == ["Name"] and {"Pool", "Address", "Namespace", "Claim", "Node", "Age"} <= set(names)
