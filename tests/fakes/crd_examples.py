@@ -9,12 +9,13 @@ subresource and two served versions."""
 from __future__ import annotations
 
 import json
+import os
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 GROUP, VERSION, PLURAL = "dracni.io", "v1alpha1", "addressreservations"
-SHIPPED = "spec/crds/addressreservations.dracni.io.yaml"
+SHIPPED = os.path.join(os.path.dirname(__file__), "..", "..", "spec", "crds", "addressreservations.dracni.io.yaml")
 TABLE_ACCEPT = (
     "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
 )
@@ -141,7 +142,7 @@ def reservation(address: str, node: str = "node-1", pool: str = "lan", **spec) -
             "node": node,
             "claim": {"namespace": "ns", "name": "c", "uid": "u-1"},
             "request": "net",
-            "device": "nics/eth1",
+            "device": "node-1/eth1",
             **spec,
         },
     }

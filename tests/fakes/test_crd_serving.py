@@ -5,8 +5,6 @@ installation, and the shipped AddressReservation CRD."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import yaml
 from kubernetes import client, watch
@@ -212,7 +210,6 @@ def test_install_and_uninstall(tmp_path):
         assert bare.internal_errors == []
 
 
-@pytest.mark.skipif(not os.path.exists(SHIPPED), reason=f"{SHIPPED} is not there yet (written in parallel)")
 def test_the_shipped_crd_is_served(tmp_path):
     with open(SHIPPED, encoding="utf-8") as fh:
         [crd] = [d for d in yaml.safe_load_all(fh) if d]
