@@ -142,3 +142,15 @@ def test_deeply_nested_parameters_are_an_error_naming_the_limit(tmp_path: Path) 
     assert "2 of 3 parameter set(s) valid" in output  # the class's network and the good template
     assert "1 document(s) skipped" in output
     assert "RecursionError" not in output
+
+
+def test_a_class_pool_is_checked(tmp_path: Path) -> None:
+    pool = {"name": "lan", "subnets": [{"subnet": "10.10.1.0/24", "gateway": "10.20.0.1"}]}
+    code, output = validate(write(tmp_path, device_class({**CLASS_NETWORK, "addressPool": pool})))
+    assert code == 1 and "class parameters.addressPool.subnets[0].gateway: 10.20.0.1 is not in 10.10.1.0/24" in output
+    dhcp = {**CLASS_NETWORK["config"], "plugins": [{"type": "macvlan", "ipam": {"type": "dhcp"}}]}
+    good_pool = {"name": "lan", "subnets": [{"subnet": "10.10.1.0/24"}]}
+    code, output = validate(write(tmp_path, device_class({**CLASS_NETWORK, "config": dhcp, "addressPool": good_pool})))
+    assert code == 1 and "the network's IPAM must be host-local or static (it has: dhcp)" in output
+    code, output = validate(write(tmp_path, device_class({**CLASS_NETWORK, "addressPool": good_pool})))
+    assert code == 0, output
