@@ -127,28 +127,35 @@ class PoolAddresses:
         for problem in self.allocator.release(gone):
             log.warning("%s (the reconcile retries)", problem)
 
-    def reconcile(self, state: StateDir, get_claim: ClaimGetter) -> int:
+    def reconcile(self, state: StateDir, get_claim: ClaimGetter, *, at_start: bool = False) -> int:
         """Bring this node's reservations in line with its prepared claims; returns how many
         were released.  Reads this node's reservations (one label-selected list) and, for each
         kept one, its claim (one GET): the load of this node's own claims, never the cluster's.
 
         Released: a kept reservation whose claim is gone (or is another claim of the same name),
         and one not kept whose claim is not prepared here (its unprepare's release failed, or the
-        service died between a create and the record).  Claims being prepared right now are left
-        alone.
+        service died between a create and the record).  ``at_start`` (the service has just
+        started: the node may have been down) also checks the claims prepared here, once: a claim
+        deleted meanwhile had no pod left (a claim in use cannot be deleted), so its addresses go.
+        Claims being prepared right now are left alone.
         """
         listed = self.allocator.load()
         prepared = {c["uid"] for c in state.list_claims()}
+        claims: dict[tuple[str, str], dict[str, Any] | None] = {}  # one GET per claim
         gone = []
         for r in listed:
-            if self._is_preparing(r.holder.claim_uid) or r.holder.claim_uid in prepared:
+            uid = r.holder.claim_uid
+            if self._is_preparing(uid) or (uid in prepared and not at_start):
                 continue
-            if not r.holder.keep:
+            if not r.holder.keep and uid not in prepared:
                 gone.append(r)
                 continue
-            claim = get_claim(r.holder.namespace, r.holder.claim)
+            key = (r.holder.namespace, r.holder.claim)
+            if key not in claims:
+                claims[key] = get_claim(*key)
+            claim = claims[key]
             meta = (claim or {}).get("metadata") or {}
-            if claim is None or meta.get("uid") != r.holder.claim_uid:
+            if claim is None or meta.get("uid") != uid:
                 gone.append(r)
         problems = self.allocator.release(gone)
         for problem in problems:

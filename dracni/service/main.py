@@ -223,9 +223,11 @@ class Service:
     def _reconcile_pools(self, stop: threading.Event) -> None:
         """This node's address reservations against its prepared claims, at start and every
         ``POOL_RECONCILE_SECONDS`` (claims being prepared meanwhile are left alone)."""
+        at_start = True
         while True:
             try:
-                released = self.pools.reconcile(self.state, self.api.get_claim)
+                released = self.pools.reconcile(self.state, self.api.get_claim, at_start=at_start)
+                at_start = False
                 if released:
                     log.info("address pools: released %d reservations of claims gone from this node", released)
             except Exception as exc:  # the API server may be away: next round

@@ -211,3 +211,24 @@ def test_an_address_outside_the_pool_is_refused(fake, api):
     with pytest.raises(ClaimError) as caught:
         PoolAddresses(allocator(api)).assign({}, rec)
     assert "10.9.0.1 is not one address pool lan hands out" in str(caught.value)
+
+
+def test_at_start_a_prepared_claim_that_is_gone_gives_its_addresses_back(fake, api, tmp_path):
+    """The node was down while the claim's pod ended and the claim was deleted: its record is
+    still in the state dir, but the claim is gone, so the service's first reconcile releases."""
+    pools = PoolAddresses(allocator(api))
+    rec = record("u5", ["pod-a"])
+    pools.assign({}, rec)
+    state = StateDir(str(tmp_path / "state"))
+    state.ensure()
+    state.put_claims([{**rec, "kind": "PreparedClaim", "driver": "dracni.io", "source": None, "preparedAt": "x"}])
+    asked = []
+
+    def get_claim(namespace, name):
+        asked.append((namespace, name))
+        return None
+
+    assert pools.reconcile(state, get_claim) == 0 and asked == []  # later rounds trust the record
+    assert pools.reconcile(state, get_claim, at_start=True) == 2  # one GET for both addresses
+    assert asked == [("ns", "claim-u5")]
+    assert fake.list_custom_objects("addressreservations") == []
