@@ -19,10 +19,22 @@ kube-apiserver that dracni uses (``docs/contracts.md`` sections 3-5), with the r
   patch (merge), delete, deletecollection; field selectors ``spec.nodeName``, ``spec.driver``,
   ``metadata.name``; validation of the spec (422).
 - ``v1`` ``nodes`` and ``namespaces``: get, list, watch (seeded by the test).
-- ``k8s.cni.cncf.io/v1alpha1`` ``ipamclaims`` (namespaced custom resource, the Network Plumbing
-  WG's IPAMClaim for sticky IPs; only with ``FakeApiServer(ipamclaims=True)``): CRUD, watch, and
-  the ``status`` subresource (``PUT``, merge patch, simple server-side apply), pruned and validated
-  like the upstream CRD (``spec/crds/ipamclaims.k8s.cni.cncf.io.yaml``), ``status.ips`` as CIDRs.
+- Custom resources of any ``apiextensions.k8s.io/v1`` CustomResourceDefinition given as a dict
+  (``FakeApiServer(crds=[...])``, ``install_crd``/``uninstall_crd``), as apiextensions-apiserver
+  serves them: every served version under ``/apis/<group>/<version>``, namespaced or
+  cluster-scoped; create (409 ``AlreadyExists``), get, list and watch (label selectors; field
+  selectors ``metadata.name``/``metadata.namespace``), update (resourceVersion conflicts), merge
+  patch, delete (preconditions), deletecollection, the ``status`` subresource when declared;
+  writes pruned of unknown fields (``x-kubernetes-preserve-unknown-fields`` honoured; reported
+  as ``fieldValidation`` warnings) and validated against ``openAPIV3Schema`` (422 with upstream's
+  field paths and wording); ``metadata.generation`` kept; ``Accept: application/json;as=Table;
+  v=v1;g=meta.k8s.io`` answers a ``meta.k8s.io/v1`` Table with the ``additionalPrinterColumns``
+  (what ``kubectl get`` shows; date columns as ``HumanDuration`` ages).  The garbage collector
+  cascades into custom resources too.
+- ``k8s.cni.cncf.io/v1alpha1`` ``ipamclaims`` (the Network Plumbing WG's IPAMClaim for sticky
+  IPs; only with ``FakeApiServer(ipamclaims=True)``): upstream's CRD
+  (``spec/crds/ipamclaims.k8s.cni.cncf.io.yaml``) served through the generic path, plus one rule
+  of the fake's own: ``status.ips`` entries are CIDRs.
 - Feature gates (``FakeApiServer(feature_gates={...})``, ``set_feature_gate``), defaults of 1.36:
   ``DRAConsumableCapacity`` (on): while it is off, its fields are dropped silently from slices,
   claim specs and claim status, as the registry strategies' ``dropDisabledFields`` do;
@@ -34,8 +46,8 @@ kube-apiserver that dracni uses (``docs/contracts.md`` sections 3-5), with the r
   ``resourceclaims/driver`` named after the driver, and one that changes ``allocation`` or
   ``reservedFor`` needs the verb on ``resourceclaims/binding``; both are asked of the
   ``authorizer`` hook and refused with 422 ``Forbidden``, as the status strategy does.
-- ``/version``, ``/api``, ``/api/v1``, ``/apis``, ``/apis/resource.k8s.io[/v1]``,
-  ``/apis/k8s.cni.cncf.io[/v1alpha1]`` (when installed): discovery.
+- ``/version``, ``/api``, ``/api/v1``, ``/apis``, ``/apis/resource.k8s.io[/v1]``, and each
+  installed CRD's ``/apis/<group>[/<version>]`` (short names, categories): discovery.
 
 Every write bumps one global resourceVersion counter; watches replay a bounded event history
 (``history_limit``; ``compact()`` drops it) and answer a too-old resourceVersion with an ``ERROR``
@@ -62,9 +74,13 @@ The package, one job a module:
   cascade on delete, ``propagationPolicy: Orphan``; on unless ``garbage_collector=False``).
 - Server-side apply: ``managed_fields.py`` (ownership, ``managedFields``), ``apply.py`` (apply
   bodies, conflicts, ``force``), ``smd.py`` (field sets, merge, prune).
-- Resources: ``resources.py`` (the table), ``claims.py``, ``slices.py``, ``core.py`` (nodes and
-  namespaces), ``ipamclaims.py`` with ``ipamclaim_schema.py``; ``names.py`` (name rules),
-  ``quantity.py`` (``resource.Quantity``).
+- Resources: ``resources.py`` (the built-in table), ``claims.py``, ``slices.py``, ``core.py``
+  (nodes and namespaces), ``events.py``; ``names.py`` (name rules), ``quantity.py``
+  (``resource.Quantity``).
+- Custom resources: ``crds.py`` (a CRD's served versions and the custom resource strategy;
+  ``install_crd``), ``crd_schema.py`` (pruning, OpenAPI validation), ``crd_status.py`` (the
+  ``status`` subresource), ``tables.py`` (printer columns as Tables), ``ipamclaims.py`` with
+  ``ipamclaim_schema.py`` (the IPAMClaim CRD read from ``spec/crds``, its helpers and extra rule).
 - Admission: ``admission.py`` (the ValidatingAdmissionPolicy plugin on cel-python, also used by
   the policy tests; ``FakeApiServer(admission=[policy, binding, ...])``).
 - Feature gates: ``features.py`` (the gates; ``DRADeviceTaints`` too, on as from 1.36),

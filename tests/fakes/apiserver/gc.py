@@ -49,7 +49,7 @@ import copy
 from typing import TYPE_CHECKING, Any
 
 from .errors import ApiStatusError
-from .resources import RESOURCES, Obj, Resource
+from .resources import Obj, Resource
 
 if TYPE_CHECKING:
     from .store import Key, Store
@@ -64,11 +64,12 @@ def _group(api_version: str) -> str:
     return api_version.rsplit("/", 1)[0] if "/" in api_version else ""
 
 
-def owner_resource(ref: dict[str, Any]) -> Resource | None:
+def owner_resource(ref: dict[str, Any], resources: list[Resource]) -> Resource | None:
     """The resource an owner reference names (``GarbageCollector.apiResource``: the REST mapping
-    of its group and kind), None when the fake serves no such kind."""
+    of its group and kind, custom resources included: the RESTMapper knows served CRDs), None
+    when the fake serves no such kind."""
     group, kind = _group(str(ref.get("apiVersion") or "")), ref.get("kind")
-    for res in RESOURCES.values():
+    for res in resources:
         if res.group == group and res.kind == kind:
             return res
     return None
@@ -128,7 +129,7 @@ class GarbageCollector:
         """garbagecollector.go ``isDangling``: True (absent, or another UID), False (solid), None
         when the reference cannot be resolved (unknown kind; a cluster-scoped item with a
         namespaced owner)."""
-        res = owner_resource(ref)
+        res = owner_resource(ref, self.store.resources())
         if res is None:
             return None
         if res.namespaced and not item_res.namespaced:
@@ -150,7 +151,7 @@ class GarbageCollector:
         refs = _refs(item)
         if not refs:
             return
-        res = RESOURCES[key[0]]
+        res = self.store.resource(key[0])
         solid, dangling = [], []
         for ref in refs:
             verdict = self.is_dangling(ref, item, res)
@@ -184,9 +185,9 @@ class GarbageCollector:
         new_meta["finalizers"] = [f for f in new_meta.get("finalizers") or [] if f != ORPHAN_FINALIZER]
         if not new_meta["finalizers"]:
             new_meta.pop("finalizers")
-            self.store.put(RESOURCES[key[0]], key[1], key[2], new, "DELETED", owner)
+            self.store.put(self.store.resource(key[0]), key[1], key[2], new, "DELETED", owner)
         else:
-            self.store.put(RESOURCES[key[0]], key[1], key[2], new, "MODIFIED", owner)
+            self.store.put(self.store.resource(key[0]), key[1], key[2], new, "MODIFIED", owner)
 
     def remove_owner_refs(self, key: Key, uids: set[Any]) -> None:
         """``GenerateDeleteOwnerRefStrategicMergeBytes``: the patch that drops the owner
@@ -203,4 +204,4 @@ class GarbageCollector:
             new["metadata"]["ownerReferences"] = kept
         else:
             new["metadata"].pop("ownerReferences", None)
-        self.store.put(RESOURCES[key[0]], key[1], key[2], new, "MODIFIED", current)
+        self.store.put(self.store.resource(key[0]), key[1], key[2], new, "MODIFIED", current)

@@ -45,6 +45,8 @@ class RecordedRequest:
     user_agent: str | None = None
     #: ``Warning`` headers answered (``299 - "<text>"``): unknown fields under ``fieldValidation=Warn``.
     warnings: list[str] = field(default_factory=list)
+    #: The ``Accept`` header (``application/json;as=Table;v=v1;g=meta.k8s.io``: a Table, tables.py).
+    accept: str | None = None
 
     @property
     def watch(self) -> bool:
@@ -223,6 +225,7 @@ class HttpFrontend:
             query.get("fieldManager"),
             None,
             user_agent=handler.headers.get("User-Agent"),
+            accept=handler.headers.get("Accept"),
         )
         with self._store.lock:
             self.requests.append(record)

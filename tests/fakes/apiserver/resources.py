@@ -1,6 +1,6 @@
-"""What the fake serves: the API groups, patch content types, and the resource table (kind,
-scope, verbs, field selectors, status subresource), plus ``Kind``, a resource's own rules on top
-of the generic verbs."""
+"""What the fake serves: the API groups, patch content types, and the table of built-in resources
+(kind, scope, verbs, field selectors, status subresource), plus ``Kind``, a resource's own rules on
+top of the generic verbs.  Custom resources come from installed CRDs instead (crds.py)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,7 @@ if TYPE_CHECKING:
 RESOURCE_GROUP = "resource.k8s.io"
 RESOURCE_VERSION = "v1"
 RESOURCE_API_VERSION = f"{RESOURCE_GROUP}/{RESOURCE_VERSION}"
-# The Network Plumbing WG's IPAMClaim CRD (multi-network de-facto standard v1.3, "sticky IPs"),
-# served only when the fake is told the CRD is installed (``FakeApiServer(ipamclaims=True)``).
-IPAM_GROUP = "k8s.cni.cncf.io"
 EVENTS_GROUP = "events.k8s.io"
-IPAM_VERSION = "v1alpha1"
-IPAM_API_VERSION = f"{IPAM_GROUP}/{IPAM_VERSION}"
 KUBERNETES_VERSION = {"major": "1", "minor": "34", "gitVersion": "v1.34.0"}
 
 APPLY_PATCH = "application/apply-patch+yaml"
@@ -47,7 +42,7 @@ class Resource:
     status_subresource: bool = False
     #: Keeps ``metadata.generation`` (1 at create, bumped when ``spec`` changes).
     generation: bool = False
-    #: A custom resource (no strategic merge patch).
+    #: A custom resource (no strategic merge patch; crds.py).
     custom: bool = False
 
     @property
@@ -119,20 +114,6 @@ RESOURCES: dict[str, Resource] = {
         frozenset({"metadata.name", "metadata.namespace"}),
         _CRUD,
         "event",
-    ),
-    # A custom resource: field selectors are metadata.name/metadata.namespace only.
-    "ipamclaims": Resource(
-        "ipamclaims",
-        "IPAMClaim",
-        IPAM_GROUP,
-        IPAM_VERSION,
-        True,
-        frozenset({"metadata.name", "metadata.namespace"}),
-        _CRUD,
-        "ipamclaim",
-        status_subresource=True,
-        generation=True,
-        custom=True,
     ),
 }
 

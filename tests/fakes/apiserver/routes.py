@@ -12,15 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import claims, core, crud, events, ipamclaims, slices
+from . import claims, core, crd_schema, crud, events, slices, tables
 from . import field as fe
 from .discovery import discovery
 from .errors import bad_request, invalid_options, method_not_allowed, path_not_found, unsupported_media_type
 from .resources import (
     APPLY_PATCH,
     EVENTS_GROUP,
-    IPAM_GROUP,
-    IPAM_VERSION,
     JSON_PATCH,
     MERGE_PATCH,
     RESOURCE_GROUP,
@@ -43,15 +41,13 @@ if TYPE_CHECKING:
 Reply = tuple[int, Any] | None
 
 KINDS: dict[str, Kind] = {
-    kind.res.plural: kind
-    for kind in (claims.KIND, slices.KIND, core.NODES, core.NAMESPACES, core.PODS, ipamclaims.KIND, events.KIND)
+    kind.res.plural: kind for kind in (claims.KIND, slices.KIND, core.NODES, core.NAMESPACES, core.PODS, events.KIND)
 }
 
-#: The URL prefix of each served group version, and its group (IPAMClaims' only while installed).
+#: The URL prefix of each built-in group version, and its group (installed CRDs add theirs).
 PREFIXES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("api", "v1"), ""),
     (("apis", RESOURCE_GROUP, RESOURCE_VERSION), RESOURCE_GROUP),
-    (("apis", IPAM_GROUP, IPAM_VERSION), IPAM_GROUP),
     (("apis", EVENTS_GROUP, "v1"), EVENTS_GROUP),
 )
 
@@ -96,10 +92,31 @@ class Request:
 
 
 # -- handlers ----------------------------------------------------------------------------------------
+def _printer_columns(req: Request) -> list[Any] | None:
+    """The printer columns when the request asks for a Table of a custom resource, else None."""
+    served = req.store.crds.get(req.res.plural)
+    if served is None or not req.res.custom or not tables.wants_table(req.record.accept):
+        return None
+    return served.columns.get(req.res.version) or []
+
+
+def _as_version(req: Request, obj: Any) -> Any:
+    """A custom resource read through another served version: nop_converter.go, only
+    ``apiVersion`` changes."""
+    if req.res.custom and isinstance(obj, dict) and "apiVersion" in obj:
+        obj["apiVersion"] = req.res.api_version
+    return obj
+
+
 def _list(req: Request) -> Reply:
     flt = req.filter()
     with req.store.lock:
-        return 200, req.store.list_object(req.res, [obj for _, obj in req.store.matching(flt)])
+        items = [obj for _, obj in req.store.matching(flt)]
+        columns = _printer_columns(req)
+        if columns is not None:
+            items = [_as_version(req, copy.deepcopy(obj)) for obj in items]
+            return 200, tables.table(items, columns, str(req.store.rv), req.query)
+        return 200, req.store.list_object(req.res, items)
 
 
 def _watch(req: Request) -> Reply:
@@ -124,7 +141,11 @@ def _delete_collection(req: Request) -> Reply:
 
 def _get(req: Request) -> Reply:
     with req.store.lock:
-        return 200, copy.deepcopy(req.store.require(req.res, req.namespace, req.name))
+        obj = _as_version(req, copy.deepcopy(req.store.require(req.res, req.namespace, req.name)))
+        columns = _printer_columns(req) if not req.subresource else None
+        if columns is not None:
+            return 200, tables.table([obj], columns, obj["metadata"]["resourceVersion"], req.query)
+        return 200, obj
 
 
 def _update(req: Request) -> Reply:
@@ -152,7 +173,7 @@ def _patch(req: Request) -> Reply:
             raise invalid_options("PatchOptions", "fieldManager: Required value: is required for apply patch")
         if req.kind.status is None or req.subresource != "status":
             raise unsupported_media_type(
-                "the fake API server implements apply only for resourceclaims/status and ipamclaims/status"
+                "the fake API server implements apply only for resourceclaims/status and custom resources' status"
             )
         force = query.get("force") in ("true", "1")
         return 200, req.status_ops().apply(req.store, req.namespace, req.name, body, query["fieldManager"], force)
@@ -198,9 +219,17 @@ def _field_validation(req: Request) -> None:
         raise invalid_options(kind, f'fieldValidation: Unsupported value: "{directive}": supported values: {supported}')
     schema = SCHEMAS.get(req.res.plural)
     body = req.record.body
-    if schema is None or req.record.content_type == APPLY_PATCH or not isinstance(body, dict):
+    if req.record.content_type == APPLY_PATCH or not isinstance(body, dict):
         return
-    unknown = drop_unknown(body, schema)
+    served = req.store.crds.get(req.res.plural) if req.res.custom else None
+    if served is not None:
+        # The CRD handler reports what pruning drops (crd_schema.py) as unknown fields; the
+        # write prunes them itself.
+        unknown = crd_schema.prune(body, served.schemas[req.res.version])[1]
+    elif schema is None:
+        return
+    else:
+        unknown = drop_unknown(body, schema)
     if not unknown or directive == "Ignore":
         return
     if directive == "Strict":
@@ -235,21 +264,37 @@ ROUTES: dict[tuple[str, str], Route] = {
 }
 
 
+def _group_kinds(fake: FakeApiServer, segments: list[str]) -> tuple[dict[str, Kind], str, list[str]]:
+    """The kinds served under the path's group version, its group, and the rest of the path: a
+    built-in prefix, else an installed CRD's ``/apis/<group>/<version>`` (customresource_handler.go
+    ``crdHandler.ServeHTTP``: the CRD whose group and plural the path names, if it serves that
+    version); 404 for any other."""
+    for prefix, group in PREFIXES:
+        if tuple(segments[: len(prefix)]) == prefix:
+            return {p: k for p, k in KINDS.items() if k.res.group == group}, group, segments[len(prefix) :]
+    if len(segments) >= 3 and segments[0] == "apis":
+        group, version = segments[1], segments[2]
+        with fake._store.lock:
+            kinds = {
+                plural: served.kinds[version]
+                for plural, served in fake._store.crds.items()
+                if served.group == group and version in served.kinds
+            }
+        if kinds:
+            return kinds, group, segments[3:]
+    raise path_not_found()
+
+
 def resolve(fake: FakeApiServer, segments: list[str]) -> tuple[Kind, str, str, str]:
     """``(kind, namespace, name, subresource)`` of a resource path; 404 for any other."""
-    for prefix, group in PREFIXES:
-        if tuple(segments[: len(prefix)]) == prefix and (group != IPAM_GROUP or fake.ipamclaims_installed):
-            rest = segments[len(prefix) :]
-            break
-    else:
-        raise path_not_found()
+    kinds, group, rest = _group_kinds(fake, segments)
     namespace = ""
-    if len(rest) >= 3 and rest[0] == "namespaces" and (group or rest[2] in KINDS):
+    if len(rest) >= 3 and rest[0] == "namespaces" and (group or rest[2] in kinds):
         namespace, rest = rest[1], rest[2:]  # in the core group, /namespaces/NAME/status is not this
     if not rest:
         raise path_not_found()
-    kind = KINDS.get(rest[0])
-    if kind is None or kind.res.group != group:
+    kind = kinds.get(rest[0])
+    if kind is None:
         raise path_not_found()
     if namespace and not kind.res.namespaced:
         raise path_not_found()
@@ -264,7 +309,8 @@ def route(fake: FakeApiServer, handler: Handler, record: RecordedRequest) -> Rep
     """Answer one authenticated request."""
     method = record.method
     segments = [s for s in record.path.split("/") if s]
-    document = discovery(segments, fake.port, fake.ipamclaims_installed)
+    with fake._store.lock:
+        document = discovery(segments, fake.port, list(fake._store.crds.values()))
     if document is not None:
         if method != "GET":
             raise method_not_allowed()

@@ -20,6 +20,7 @@ import yaml
 from .claim_status import NODE_NAME_KEY
 from .claims import ClaimHelpers
 from .core import NodesAndNamespaces
+from .crds import CrdHelpers
 from .events import EventHelpers
 from .features import FeatureGates
 from .gc import GarbageCollector
@@ -43,8 +44,10 @@ def _server_on(port: int, fake: FakeApiServer, wait: float = 5.0) -> Server:
             time.sleep(0.05)
 
 
-class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers, IpamClaimHelpers, EventHelpers):
-    """A kube-apiserver double for ResourceClaims, ResourceSlices, Nodes, Namespaces (and IPAMClaims).
+class FakeApiServer(
+    HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers, IpamClaimHelpers, CrdHelpers, EventHelpers
+):
+    """A kube-apiserver double for ResourceClaims, ResourceSlices, Nodes, Namespaces and custom resources.
 
     ``FakeApiServer(directory=None, token=None, other_token=None, history_limit=1000,
     feature_gates=None)``; use as a context manager or call ``start()`` and ``close()``.  ``kubeconfig_path`` points the real client
@@ -75,20 +78,23 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
     ValidatingAdmissionPolicy '<policy>' with binding '<binding>' denied request: <message>``,
     403 for reason ``Forbidden``, 422 for ``Invalid``.
 
-    IPAMClaims (``k8s.cni.cncf.io/v1alpha1``, namespaced, a custom resource): served only with
-    ``FakeApiServer(ipamclaims=True)`` or after ``install_ipamclaims()`` (without the CRD the group
-    is absent from discovery and its paths answer 404, as on a cluster without OVN-Kubernetes or
-    KubeVirt's ipam-extensions).  get, list, watch, create, update, patch (merge), delete,
-    deletecollection; ``status``: ``PUT`` (resourceVersion precondition), merge patch, and
-    server-side apply with ownership of the top-level status fields (``ips``, ``ownerPod``,
-    ``conditions``; conflicts unless ``force``).  Unknown fields and nulls are pruned, create drops
-    ``status``, main-resource writes keep it, ``metadata.generation`` follows ``spec``.  Writes are
-    validated against the upstream schema (``spec.network``/``spec.interface`` required when
-    ``spec`` is set, ``status.ips`` required when ``status`` is set, ``ownerPod.name``,
-    ``metav1.Condition`` fields) plus one check the real CRD does not make: every ``status.ips``
-    entry must be a CIDR (``10.0.0.5/24``).  Helpers: ``create_ipamclaim``, ``get_ipamclaim``,
-    ``list_ipamclaims``, ``set_ipamclaim_status`` (another controller's status write),
-    ``delete_ipamclaim``, ``install_ipamclaims``/``uninstall_ipamclaims``.
+    Custom resources (crds.py): ``FakeApiServer(crds=[crd, ...])`` or ``install_crd(crd, hook=None)``
+    serves the CRDs' (``apiextensions.k8s.io/v1`` dicts, e.g. loaded from YAML) resources;
+    ``uninstall_crd(name)`` stops (its objects go, DELETED events); ``crds`` lists them;
+    ``get_custom_object``, ``list_custom_objects``, ``set_custom_status`` are the direct helpers.
+    ``hook`` (crd_status.Hook) adds rules the schema cannot say (CEL ``x-kubernetes-validations``
+    are not run).
+
+    IPAMClaims (``k8s.cni.cncf.io/v1alpha1``, namespaced): served only with
+    ``FakeApiServer(ipamclaims=True)`` or after ``install_ipamclaims()``, which install
+    ``spec/crds/ipamclaims.k8s.cni.cncf.io.yaml`` as above (without it the group is absent from
+    discovery and its paths answer 404, as on a cluster without OVN-Kubernetes or KubeVirt's
+    ipam-extensions), plus one check the real CRD does not make: every ``status.ips`` entry must be
+    a CIDR (``10.0.0.5/24``).  The ``status`` subresource takes ``PUT``, merge patch and a simple
+    server-side apply (ownership of the top-level status fields; conflicts unless ``force``).
+    Helpers: ``create_ipamclaim``, ``get_ipamclaim``, ``list_ipamclaims``, ``set_ipamclaim_status``
+    (another controller's status write), ``delete_ipamclaim``,
+    ``install_ipamclaims``/``uninstall_ipamclaims``.
 
     Feature gates (``features.py``): ``feature_gates={"DRAConsumableCapacity": False}`` starts the
     server with a gate off (defaults: Kubernetes 1.36's, all on: ``DRAConsumableCapacity``,
@@ -110,7 +116,7 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
     ``RecordedRequest.warnings``; ``Strict`` 400; ``Ignore``).
 
     Not implemented (answered 400/405/415 rather than faked): JSON patch, apply outside
-    ``resourceclaims/status`` and ``ipamclaims/status``, ``dryRun``; ignored:
+    ``resourceclaims/status`` and custom resources' ``status``, ``dryRun``; ignored:
     ``limit``/``continue`` (everything is returned at once), ``resourceVersion``/
     ``resourceVersionMatch`` on a list, ``sendInitialEvents``.
     """
@@ -128,6 +134,7 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
         default_watch_timeout: float = 1800.0,
         namespaces: Iterable[str] = ("default", "kube-system"),
         ipamclaims: bool = False,
+        crds: Iterable[Mapping[str, Any]] = (),
         feature_gates: Mapping[str, bool] | None = None,
         node_name: str | None = None,
         garbage_collector: bool = True,
@@ -168,9 +175,12 @@ class FakeApiServer(HttpFrontend, NodesAndNamespaces, ClaimHelpers, SliceHelpers
         self.port: int | None = None
         self.kubeconfig_path = os.path.join(self.directory, "kubeconfig")
         self.other_kubeconfig_path = os.path.join(self.directory, "kubeconfig-other")
-        self._ipamclaims = bool(ipamclaims)
         for namespace in namespaces:
             self.add_namespace(namespace)
+        for crd in crds:
+            self.install_crd(dict(crd))
+        if ipamclaims:
+            self.install_ipamclaims()
 
     @property
     def feature_gates(self) -> dict[str, bool]:

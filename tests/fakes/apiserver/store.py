@@ -28,6 +28,7 @@ from .selectors import Filter
 
 if TYPE_CHECKING:
     from .claim_status import Authorize, Caller
+    from .crds import ServedCrd
     from .gc import GarbageCollector
 
 Key = tuple[str, str, str]  # (plural, namespace, name); namespace "" for cluster-scoped resources
@@ -73,6 +74,17 @@ class Store:
         #: Admission (admission.py ``AdmissionChain``; ``FakeApiServer(admission=...)``), asked by
         #: crud.py before an HTTP create, update or delete is stored; None: no admission policies.
         self.admission: Callable[..., None] | None = None
+        #: The installed CustomResourceDefinitions by plural (crds.py).
+        self.crds: dict[str, ServedCrd] = {}
+
+    def resource(self, plural: str) -> Resource:
+        """A served resource by plural: a built-in one, else an installed CRD's storage version."""
+        res = RESOURCES.get(plural)
+        return res if res is not None else self.crds[plural].resource
+
+    def resources(self) -> list[Resource]:
+        """Every resource served now (built-in, then the CRDs' storage versions)."""
+        return [*RESOURCES.values(), *(served.resource for served in self.crds.values())]
 
     def request_context(self) -> RequestContext | None:
         return getattr(self.local, "context", None)
@@ -208,7 +220,7 @@ class Store:
             old = self.objects.get((plural, namespace, name))
             if old is None:
                 return None
-            return self.put(RESOURCES[plural], namespace, name, copy.deepcopy(old), "DELETED", old)
+            return self.put(self.resource(plural), namespace, name, copy.deepcopy(old), "DELETED", old)
 
     def commit_status(
         self, res: Resource, namespace: str, name: str, current: Obj, status: Obj, book: Bookkeeping
