@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +34,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import grpc
 import yaml
 
 from tests.fakes.apiserver import FakeApiServer
@@ -52,18 +55,27 @@ def load_yaml(path: Path) -> list[dict[str, Any]]:
 
 
 def pool_network(
-    pool: str, subnets: list[dict[str, Any]], *, ipam: str = "host-local", data_dir: Path | None = None, **extra: Any
+    pool: str,
+    subnets: list[dict[str, Any]],
+    *,
+    ipam: str = "host-local",
+    data_dir: Path | None = None,
+    pinnable: bool = False,
+    **extra: Any,
 ) -> dict[str, Any]:
     """The administrator's DeviceClass network: macvlan on the allocated NIC (no ``master``: the
     device fills it in), IPAM host-local with one range per pool subnet, or static; the
-    ``addressPool`` gives its addresses (POOLS.md section 1)."""
+    ``addressPool`` gives its addresses (POOLS.md section 1).  ``pinnable``: the plugin declares
+    the ``ips`` capability, so that claims may pin an address (``runtimeConfig.ips``)."""
     if ipam == "host-local":
         conf: dict[str, Any] = {"type": "host-local", "ranges": [[{"subnet": s["subnet"]}] for s in subnets]}
         if data_dir is not None:
             conf["dataDir"] = str(data_dir)
     else:
         conf = {"type": "static"}
-    plugin = {"type": "macvlan", "mode": "bridge", "ipam": conf}
+    plugin: dict[str, Any] = {"type": "macvlan", "mode": "bridge", "ipam": conf}
+    if pinnable:
+        plugin["capabilities"] = {"ips": True}
     return attachment_params([plugin], name=pool, addressPool={"name": pool, "subnets": subnets}, **extra)
 
 
@@ -146,6 +158,26 @@ class Cluster:
         self.nodes.append(node)
         return node
 
+    def restart(self, node: Node, *, kill: bool = False) -> None:
+        """Stop the node's service (SIGKILL with ``kill``: no clean shutdown), start it again and
+        wait until the kubelet's connection answers again: the kubelet keeps its channel to the
+        same socket path, which gRPC reconnects after its backoff."""
+        if kill:
+            assert node.service.proc is not None
+            node.service.proc.send_signal(signal.SIGKILL)
+            node.service.proc.wait()
+        node.service.stop()
+        node.service.start()
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                node.kubelet.prepare([])
+                return
+            except grpc.RpcError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
     def close(self) -> None:
         """Stop the services, delete every netns and the temp tree (also after a failure)."""
         try:
@@ -180,23 +212,35 @@ class Cluster:
             **kw,
         )  # fmt: skip
 
-    def prepare(self, work: Iterable[tuple[Node, dict[str, Any]]], parallel: int = 8) -> dict[str, str]:
+    def prepare(
+        self, work: Iterable[tuple[Node, dict[str, Any]]], parallel: int = 8, retry: float = 10.0
+    ) -> dict[str, str]:
         """One NodePrepareResources per claim (kubelet prepares pod by pod), ``parallel`` at a
-        time on all nodes at once; claim UID -> its error ("" when prepared)."""
+        time on all nodes at once; claim UID -> its error ("" when prepared).  A call the plugin
+        does not answer (UNAVAILABLE: a restarted service while gRPC reconnects) is retried for
+        ``retry`` seconds, as kubelet's pod sync retries a failed prepare."""
+        return self._calls("NodePrepareResources", work, parallel, retry)
 
+    def unprepare(
+        self, work: Iterable[tuple[Node, dict[str, Any]]], parallel: int = 8, retry: float = 10.0
+    ) -> dict[str, str]:
+        return self._calls("NodeUnprepareResources", work, parallel, retry)
+
+    def _calls(
+        self, method: str, work: Iterable[tuple[Node, dict[str, Any]]], parallel: int, retry: float
+    ) -> dict[str, str]:
         def one(item: tuple[Node, dict[str, Any]]) -> tuple[str, str]:
             node, claim = item
             uid = claim["metadata"]["uid"]
-            return uid, node.kubelet.prepare([claim_ref(claim)])[uid].error
-
-        with ThreadPoolExecutor(parallel) as pool:
-            return dict(pool.map(one, list(work)))
-
-    def unprepare(self, work: Iterable[tuple[Node, dict[str, Any]]], parallel: int = 8) -> dict[str, str]:
-        def one(item: tuple[Node, dict[str, Any]]) -> tuple[str, str]:
-            node, claim = item
-            uid = claim["metadata"]["uid"]
-            return uid, node.kubelet.unprepare([claim_ref(claim)])[uid].error
+            call = node.kubelet.prepare if method == "NodePrepareResources" else node.kubelet.unprepare
+            deadline = time.monotonic() + retry
+            while True:
+                try:
+                    return uid, call([claim_ref(claim)])[uid].error
+                except grpc.RpcError as exc:
+                    if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                        raise
+                time.sleep(0.2)
 
         with ThreadPoolExecutor(parallel) as pool:
             return dict(pool.map(one, list(work)))
