@@ -27,7 +27,7 @@ kube-apiserver that dracni uses (``docs/contracts.md`` sections 3-5), with the r
   patch, delete (preconditions), deletecollection, the ``status`` subresource when declared;
   writes pruned of unknown fields (``x-kubernetes-preserve-unknown-fields`` honoured; reported
   as ``fieldValidation`` warnings) and validated against ``openAPIV3Schema`` (422 with upstream's
-  field paths and wording); ``metadata.generation`` kept; ``Accept: application/json;as=Table;
+  field paths and wording; of CEL, only the immutability rule ``self == oldSelf``); ``metadata.generation`` kept; ``Accept: application/json;as=Table;
   v=v1;g=meta.k8s.io`` answers a ``meta.k8s.io/v1`` Table with the ``additionalPrinterColumns``
   (what ``kubectl get`` shows; date columns as ``HumanDuration`` ages).  The garbage collector
   cascades into custom resources too.

@@ -22,8 +22,14 @@ Order: upstream checks ``required`` first (in the schema's order), then the prop
 order, which is random; the fake fixes one order, required names then property names each in
 reverse alphabetical order (what the IPAMClaim tests were written against).
 
-Not modelled: ``x-kubernetes-validations`` (CEL; the CRD's install may bring a Python hook
-instead, crds.py), ``x-kubernetes-list-type`` uniqueness, ``allOf``/``anyOf``/``oneOf``/``not``,
+CEL ``x-kubernetes-validations``: only the immutability transition rule ``self == oldSelf`` is
+evaluated (``transition_errors``: on an update, where the old object has the field too, as
+``pkg/apiserver/schema/cel/validation.go`` ``Validator.Validate`` runs transition rules; a failure
+is ``field.Invalid(path, <schema type>, message)``, the message ``failed rule: <rule>`` when the
+rule has none, ``ruleMessageOrDefault``).  Other CEL rules are not run: a CRD's install may bring a
+Python hook instead (crd_status.Hook).
+
+Not modelled: ``x-kubernetes-list-type`` uniqueness, ``allOf``/``anyOf``/``oneOf``/``not``,
 ``min/maxProperties``, ``multipleOf``, defaults (``default`` is not applied), ratcheting.
 """
 
@@ -237,4 +243,25 @@ def _object_errors(path: str, value: dict[str, Any], schema: Schema) -> list[str
         for name in sorted(value, reverse=True):
             if name not in properties:
                 errs += validate(value[name], additional, _join(path, name))
+    return errs
+
+
+def _is_immutability(rule: Any) -> bool:
+    return isinstance(rule, dict) and "".join(str(rule.get("rule", "")).split()) == "self==oldSelf"
+
+
+def transition_errors(new: Any, old: Any, schema: Schema, path: str = "") -> list[str]:
+    """The ``self == oldSelf`` rules that ``new`` breaks against ``old`` (both present)."""
+    if new is None or old is None:
+        return []
+    errs = [
+        fe.invalid(path, schema.get("type", "object"), rule.get("message") or f"failed rule: {rule['rule'].strip()}")
+        for rule in schema.get("x-kubernetes-validations") or ()
+        if _is_immutability(rule) and new != old
+    ]
+    if isinstance(new, dict) and isinstance(old, dict):
+        for name, sub in sorted((schema.get("properties") or {}).items(), reverse=True):
+            if not path and name == "metadata":
+                continue
+            errs += transition_errors(new.get(name), old.get(name), sub, _join(path, name))
     return errs

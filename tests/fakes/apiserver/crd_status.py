@@ -38,6 +38,7 @@ def status_ops(res: Resource, schema: crd_schema.Schema, hook: Hook | None) -> S
         """Validate the new status (None: cleared, not validated), drop status managers left
         owning nothing, store it (unless nothing changed; an empty status is stored as none)."""
         errs = crd_schema.validate(status, status_schema, "status") if status is not None else []
+        errs += crd_schema.transition_errors(status, current.get("status"), status_schema, "status")
         if status is not None and hook is not None:
             errs += hook({"status": status})
         if errs:

@@ -119,7 +119,9 @@ def _strategy(res: Resource, schema: crd_schema.Schema, status_on: bool, hook: H
         # crud.update has put the stored status back; it is not validated again (as ratcheting
         # would let an unchanged field pass).
         new = crd_schema.prune(new, schema)[0]
-        return new, checked({k: v for k, v in new.items() if k != "status"})
+        main = {k: v for k, v in new.items() if k != "status"}
+        stored = {k: v for k, v in current.items() if k != "status"}
+        return new, checked(main) + crd_schema.transition_errors(main, stored, schema)
 
     return prepare_create, prepare_update
 

@@ -3,8 +3,8 @@
 
 Upstream: ``staging/src/k8s.io/apiextensions-apiserver/pkg/registry/customresource/tableconvertor/
 tableconvertor.go`` ``New`` (a ``Name`` column, then one per ``additionalPrinterColumns`` entry;
-a CRD without any gets ``Age`` on ``.metadata.creationTimestamp``, customresource_handler.go
-``getOrCreateServingInfoFor``) and ``convertor.ConvertToTable`` (one row per object; a cell is the
+a CRD version without any gets ``Age`` on ``.metadata.creationTimestamp``: apiextensions
+``helpers.go`` ``serveDefaultColumnsIfEmpty``, its description shortened here) and ``convertor.ConvertToTable`` (one row per object; a cell is the
 first result of the column's JSONPath, nil when there is none; ``cellForJSONValue`` types it:
 ``integer``, ``number``, ``boolean``, ``string`` (printed as client-go jsonpath prints), ``date``
 as ``metatable.ConvertToHumanReadableDateType``, i.e. apimachinery ``duration.HumanDuration`` of
