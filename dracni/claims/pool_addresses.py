@@ -21,6 +21,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,10 @@ log = logging.getLogger(__name__)
 
 #: ``(namespace, name) -> claim object or None``: is a kept reservation's claim still there.
 ClaimGetter = Callable[[str, str], "dict[str, Any] | None"]
+#: Seconds after its assignment a claim still counts as being prepared: its record is stored
+#: after ``assign`` returns (same NodePrepareResources call, which kubelet gives up on after 45 s),
+#: and the reconcile must not release the addresses of a record on its way.
+RECORD_GRACE = 120.0
 
 
 class PoolAddresses:
@@ -47,6 +52,8 @@ class PoolAddresses:
     def __init__(self, allocator: PoolAllocator) -> None:
         self.allocator = allocator
         self._in_flight: dict[str, int] = {}
+        #: claim UID -> when its last ``assign`` ended (``RECORD_GRACE``)
+        self._assigned: dict[str, float] = {}
         self._lock = threading.Lock()
 
     # -- prepare ---------------------------------------------------------------------------------
@@ -123,6 +130,9 @@ class PoolAddresses:
     # -- unprepare and reconcile ------------------------------------------------------------------
     def release_claims(self, uids: list[str]) -> None:
         """Give back the unprepared claims' addresses, but a persistent claim's (kept)."""
+        with self._lock:
+            for uid in uids:
+                self._assigned.pop(uid, None)
         gone = [r for uid in uids for r in self.allocator.held_by_claim(uid) if not r.holder.keep]
         for problem in self.allocator.release(gone):
             log.warning("%s (the reconcile retries)", problem)
@@ -157,6 +167,8 @@ class PoolAddresses:
             meta = (claim or {}).get("metadata") or {}
             if claim is None or meta.get("uid") != uid:
                 gone.append(r)
+        # nor those whose record is on its way (assigned, not stored yet when the list was read)
+        gone = [r for r in gone if not self._record_on_its_way(r.holder.claim_uid, prepared)]
         problems = self.allocator.release(gone)
         for problem in problems:
             log.warning("%s (retried at the next reconcile)", problem)
@@ -177,10 +189,20 @@ class PoolAddresses:
                 self._in_flight[uid] -= 1
                 if not self._in_flight[uid]:
                     del self._in_flight[uid]
+                self._assigned[uid] = time.monotonic()
 
     def _is_preparing(self, uid: str) -> bool:
         with self._lock:
             return uid in self._in_flight
+
+    def _record_on_its_way(self, uid: str, prepared: set[str]) -> bool:
+        """Assigned less than ``RECORD_GRACE`` ago and not recorded yet: ``assign`` has returned
+        and the record is being stored (the reconcile may have listed the reservations first)."""
+        with self._lock:
+            now = time.monotonic()
+            for done in [u for u, at in self._assigned.items() if now - at >= RECORD_GRACE]:
+                del self._assigned[done]
+            return uid in self._assigned and uid not in prepared
 
 
 def _family_of(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:

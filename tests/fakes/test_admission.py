@@ -173,3 +173,21 @@ def test_admission_takes_only_policies_and_bindings(tmp_path):
     server = FakeApiServer(tmp_path / "y", admission=[unbound])
     assert server._store.admission is not None and not server._store.admission.policies
     server.close()
+
+
+def test_each_token_of_one_user_names_its_own_node(fake, tmp_path):
+    """A DaemonSet's pods share one service account; each pod-bound token names its node
+    (``add_token(node_name=...)``), ahead of the user's own ``user_extra``."""
+    token = fake.add_token(node_name="node-b")
+    api = client_for(fake.write_kubeconfig(tmp_path / "kubeconfig-b", token=token))
+    try:
+        other = client.ResourceV1Api(api)
+        other.create_resource_slice(slice_obj("b", "node-b"))
+        code, status = refused(other.create_resource_slice, slice_obj("a", "node-a"))
+        assert code == 403 and status["message"].endswith(
+            DENIED + "node 'node-b' may not write slices of node 'node-a'"
+        )
+    finally:
+        api.close()
+    assert [s["metadata"]["name"] for s in fake.list_slices()] == ["b"]
+    assert {r.user for r in fake.requests if r.method == "POST"} == {USER}

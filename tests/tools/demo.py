@@ -8,6 +8,10 @@ ask for it as ``net1`` (the default tenant policy: the claim chooses, the class 
 conflist — ptp for the primary interface, then dracni — so the pod gets ``eth0`` and ``net1``;
 ``dracni publish-status`` writes the claim's would-be ``status.devices``.  Then DEL, unprepare,
 and a check that nothing is left behind.
+
+Part two (tests/tools/demo_pools.py): two nodes on one L2 segment share one network whose
+addresses come from a cluster-wide pool: distinct addresses, their reservations, a ping across
+the nodes, and nothing left after the teardown.
 """
 
 from __future__ import annotations
@@ -116,4 +120,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tests.tools import demo_pools
+
+    first = main()
+    sys.exit(demo_pools.main() or first)

@@ -47,6 +47,8 @@ class RecordedRequest:
     warnings: list[str] = field(default_factory=list)
     #: The ``Accept`` header (``application/json;as=Table;v=v1;g=meta.k8s.io``: a Table, tables.py).
     accept: str | None = None
+    #: The caller's token's own ``extra`` (``add_token``); None: its user's ``user_extra``.
+    extra: dict[str, list[str]] | None = None
 
     @property
     def watch(self) -> bool:
@@ -205,6 +207,8 @@ class HttpFrontend:
     users: dict[str, str]
     #: ``user.Info.GetExtra()`` of each user (e.g. the node-name of a pod-bound token).
     user_extra: dict[str, dict[str, list[str]]]
+    #: ``extra`` of single tokens, ahead of their user's ``user_extra`` (``add_token``).
+    token_extra: dict[str, dict[str, list[str]]]
     authorizer: Callable[[RequestAttributes], bool] | None
     requests: list[RecordedRequest]
     internal_errors: list[str]
@@ -231,7 +235,7 @@ class HttpFrontend:
             self.requests.append(record)
         try:
             raw = handler.read_body()
-            record.user = self._authenticate(handler)
+            record.user, record.extra = self._authenticate(handler)
             record.body = decode_body(raw, content_type) if raw else None
             self._maybe_inject(handler.command, path)
             if self.latency and not record.watch:
@@ -258,13 +262,14 @@ class HttpFrontend:
         except (BrokenPipeError, ConnectionResetError, OSError):
             handler.close_connection = True
 
-    def _authenticate(self, handler: Handler) -> str:
+    def _authenticate(self, handler: Handler) -> tuple[str, dict[str, list[str]] | None]:
+        """The caller's name and, for a token of its own (``token_extra``), that token's extra."""
         header = handler.headers.get("Authorization") or ""
         scheme, _, token = header.partition(" ")
         user = self.users.get(token.strip()) if scheme.lower() == "bearer" else None
         if user is None:
             raise ApiStatusError(401, "Unauthorized", "Unauthorized")
-        return user
+        return user, self.token_extra.get(token.strip())
 
     def _maybe_inject(self, method: str, path: str) -> None:
         with self._store.lock:
@@ -300,9 +305,12 @@ class HttpFrontend:
             return True, ""
         return False, forbidden_message(attrs, res)
 
-    def _request_context(self, user: str, verb: str, namespace: str) -> RequestContext:
-        """The ``ctx`` a request's handler sees: the caller (with its token's ``extra``)."""
-        caller = Caller(user, verb, namespace, dict(self.user_extra.get(user) or {}))
+    def _request_context(
+        self, user: str, verb: str, namespace: str, extra: dict[str, list[str]] | None = None
+    ) -> RequestContext:
+        """The ``ctx`` a request's handler sees: the caller (with its token's ``extra``: the
+        token's own, else its user's)."""
+        caller = Caller(user, verb, namespace, dict(extra if extra is not None else self.user_extra.get(user) or {}))
         return RequestContext(caller, self._authorize_synthetic if self.authorizer is not None else None)
 
     # -- test helpers ---------------------------------------------------------------------------

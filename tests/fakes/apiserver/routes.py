@@ -338,7 +338,7 @@ def route(fake: FakeApiServer, handler: Handler, record: RecordedRequest) -> Rep
         )
     if method in ("POST", "PUT", "PATCH"):
         _field_validation(req)
-    req.store.local.context = fake._request_context(record.user or "", entry.verb, namespace)
+    req.store.local.context = fake._request_context(record.user or "", entry.verb, namespace, record.extra)
     try:
         return entry.serve(req)
     finally:

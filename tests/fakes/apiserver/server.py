@@ -109,7 +109,9 @@ class FakeApiServer(
     The caller of a request: ``users`` (token -> name) and ``user_extra`` (name -> the token's
     ``extra``); ``node_name=`` gives the main user a pod-bound token's
     ``authentication.kubernetes.io/node-name``, which the 1.36 status authorization compares with
-    the claim's allocation (claim_status.py).  With an ``authorizer``, the status strategy also
+    the claim's allocation (claim_status.py); ``add_token(node_name=...)`` makes another token of
+    the main user naming another node (a DaemonSet's pods share one service account, and each
+    pod's bound token names its own node).  With an ``authorizer``, the status strategy also
     asks it about the synthetic ``resourceclaims/driver`` and ``resourceclaims/binding`` verbs and
     refuses with 422 ``Forbidden``.  JSON bodies of claims and slices lose unknown fields
     (``fieldValidation``: ``Warn`` by default with ``Warning`` headers, kept in
@@ -153,6 +155,8 @@ class FakeApiServer(
         self.user_extra: dict[str, dict[str, list[str]]] = {}
         if node_name:
             self.user_extra[user] = {NODE_NAME_KEY: [node_name]}
+        #: ``extra`` of single tokens (``add_token``): one user, several pods, one node each.
+        self.token_extra: dict[str, dict[str, list[str]]] = {}
         self.other_user = other_user
         self._store = Store(history_limit, FeatureGates(feature_gates))
         if garbage_collector:
@@ -252,6 +256,18 @@ class FakeApiServer(
         self.stop()
         if self._own_dir:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+    def add_token(self, user: str | None = None, *, node_name: str | None = None) -> str:
+        """A new bearer token for ``user`` (default: the main one).  ``node_name``: the token is
+        bound to a pod on that node, so its ``extra`` names the node, as the service account
+        authenticator's ``ServiceAccountInfo.UserInfo`` does
+        (k8s.io/apiserver/pkg/authentication/serviceaccount/util.go) from a bound token's claims
+        (pkg/serviceaccount/claims.go ``Validate``)."""
+        token = secrets.token_hex(16)
+        self.users[token] = user or self.user
+        if node_name:
+            self.token_extra[token] = {NODE_NAME_KEY: [node_name]}
+        return token
 
     def write_kubeconfig(
         self, path: str | os.PathLike[str] | None = None, token: str | None = None, namespace: str = "default"
