@@ -98,6 +98,7 @@ class PoolAddresses:
             request=device["request"],
             device=f"{device['pool']}/{device['device']}",
             keep=persistent,
+            ipam_claim=device.get("ipamClaim"),
         )
         if pinned or persistent:  # the claim's addresses, whichever pod uses them
             got = [self.allocator.reserve_pinned(pool, ip, base) for ip in pinned]
@@ -143,10 +144,13 @@ class PoolAddresses:
         kept one, its claim (one GET): the load of this node's own claims, never the cluster's.
 
         Released: a kept reservation whose claim is gone (or is another claim of the same name),
-        and one not kept whose claim is not prepared here (its unprepare's release failed, or the
-        service died between a create and the record).  ``at_start`` (the service has just
-        started: the node may have been down) also checks the claims prepared here, once: a claim
-        deleted meanwhile had no pod left (a claim in use cannot be deleted), so its addresses go.
+        or, kept for ``persistentIPs`` (no IPAMClaim), whose claim is no longer allocated the
+        device (deallocation clears the status entry that made the address sticky: the claim's
+        next allocation gets a new one); and one not kept whose claim is not prepared here (its
+        unprepare's release failed, or the service died between a create and the record).
+        ``at_start`` (the service has just started: the node may have been down) also checks the
+        claims prepared here, once: a claim deleted meanwhile had no pod left (a claim in use
+        cannot be deleted), so its addresses go.
         Claims being prepared right now are left alone.
         """
         listed = self.allocator.load()
@@ -165,7 +169,8 @@ class PoolAddresses:
                 claims[key] = get_claim(*key)
             claim = claims[key]
             meta = (claim or {}).get("metadata") or {}
-            if claim is None or meta.get("uid") != uid:
+            deallocated = r.holder.keep and not r.holder.ipam_claim and not _allocated(claim or {}, r.holder.device)
+            if claim is None or meta.get("uid") != uid or deallocated:
                 gone.append(r)
         # nor those whose record is on its way (assigned, not stored yet when the list was read)
         gone = [r for r in gone if not self._record_on_its_way(r.holder.claim_uid, prepared)]
@@ -203,6 +208,13 @@ class PoolAddresses:
             for done in [u for u, at in self._assigned.items() if now - at >= RECORD_GRACE]:
                 del self._assigned[done]
             return uid in self._assigned and uid not in prepared
+
+
+def _allocated(claim: dict[str, Any], device: str) -> bool:
+    """Whether the claim's allocation still holds ``device`` (``<pool>/<device>``)."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    results = (allocation.get("devices") or {}).get("results") or []
+    return any(f"{r.get('pool')}/{r.get('device')}" == device for r in results if isinstance(r, dict))
 
 
 def _family_of(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:

@@ -49,6 +49,9 @@ class Holder:
     pod_uid: str | None = None
     pod_name: str | None = None
     keep: bool = False
+    #: The IPAMClaim that keeps the address (``keep``: kept while the claim exists, not only
+    #: while it is allocated the device).
+    ipam_claim: str | None = None
 
     def label(self) -> str:
         return f"{self.namespace}/{self.claim}"
@@ -97,6 +100,8 @@ def reservation_body(
         "device": holder.device,
         "keep": holder.keep,
     }
+    if holder.ipam_claim:
+        spec["ipamClaim"] = holder.ipam_claim
     if holder.pod_uid:
         spec["pod"] = {"namespace": holder.namespace, "name": holder.pod_name or "", "uid": holder.pod_uid}
     metadata: dict[str, Any] = {
@@ -133,6 +138,7 @@ def parse_reservation(obj: dict[str, Any]) -> Reservation | None:
             pod_uid=pod.get("uid") or None,
             pod_name=pod.get("name") or None,
             keep=bool(spec.get("keep")),
+            ipam_claim=spec.get("ipamClaim") or None,
         )
         return Reservation(
             name=str(meta["name"]),

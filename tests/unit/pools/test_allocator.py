@@ -188,7 +188,7 @@ def test_a_persistent_claim_keeps_its_address_after_unprepare_until_it_is_gone(f
     assert len(fake.list_custom_objects("addressreservations")) == 2
     state = StateDir(str(tmp_path / "state"))
     state.ensure()
-    assert pools.reconcile(state, lambda ns, name: {"metadata": {"uid": "u2"}}) == 0  # still there
+    assert pools.reconcile(state, lambda ns, name: allocated_claim("u2", "node-1/eth0")) == 0  # still there
     assert pools.reconcile(state, lambda ns, name: None) == 2  # deleted
     assert fake.list_custom_objects("addressreservations") == []
 
@@ -232,3 +232,28 @@ def test_at_start_a_prepared_claim_that_is_gone_gives_its_addresses_back(fake, a
     assert pools.reconcile(state, get_claim, at_start=True) == 2  # one GET for both addresses
     assert asked == [("ns", "claim-u5")]
     assert fake.list_custom_objects("addressreservations") == []
+
+
+def allocated_claim(uid: str, device: str | None) -> dict:
+    results = [{"driver": "dracni.io", "pool": device.split("/")[0], "device": device.split("/")[1]}] if device else []
+    return {"metadata": {"uid": uid}, "status": {"allocation": {"devices": {"results": results}}} if device else {}}
+
+
+def test_a_persistentips_address_goes_with_the_claim_s_allocation_an_ipamclaim_s_stays(fake, api, tmp_path):
+    """persistentIPs keeps an address while the claim is allocated the device (deallocation clears
+    the status entry that made it sticky); an IPAMClaim keeps it while the claim exists."""
+    pools = PoolAddresses(allocator(api))
+    sticky = record("u6", ["pod-a"], persistentIPs=True)
+    vm = record("u7", ["pod-b"], ipamClaim="vm.net1")
+    pools.assign({}, sticky)
+    pools.assign({}, vm)
+    pools.release_claims(["u6", "u7"])
+    state = StateDir(str(tmp_path / "state"))
+    state.ensure()
+    still = {"ns/claim-u6": allocated_claim("u6", "node-1/eth0"), "ns/claim-u7": allocated_claim("u7", "node-1/eth0")}
+    assert pools.reconcile(state, lambda ns, name: still[f"{ns}/{name}"]) == 0
+    moved = {"ns/claim-u6": allocated_claim("u6", None), "ns/claim-u7": allocated_claim("u7", None)}
+    assert pools.reconcile(state, lambda ns, name: moved[f"{ns}/{name}"]) == 2  # u6's two, not u7's
+    left = fake.list_custom_objects("addressreservations")
+    assert {o["spec"]["claim"]["uid"] for o in left} == {"u7"}
+    assert {o["spec"]["ipamClaim"] for o in left} == {"vm.net1"}
