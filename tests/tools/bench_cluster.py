@@ -143,9 +143,14 @@ def api_load_bench(base: str) -> None:
                 print(f"(g) {NODES} nodes, {POD_STARTS} pod starts on node-1 (prepare, ADD, status, DEL, unprepare):")
                 print(f"    node-1 API requests per pod start: {per_start:.2f}  ({dict(sorted(kinds.items()))})")
             else:
+                # not per pod: the service's own reservations listed (first use, then each reconcile)
+                # and its Node's UID read once
+                upkeep = kinds["GET addressreservations"] + kinds["GET nodes"]
+                per_pod = (by_node["node-1"] - upkeep) / POD_STARTS
                 print(
-                    f"    the same{label}: {per_start:.2f}   goal <= 5  {'OK' if per_start <= 5 else 'MISSED'}  "
-                    f"({dict(sorted(kinds.items()))})"
+                    f"    the same{label}: {per_pod:.2f}   goal <= 5  {'OK' if per_pod <= 5 else 'MISSED'}  "
+                    f"(+ {upkeep} in all not per pod: this node's reservations listed, its Node read; "
+                    f"{dict(sorted(kinds.items()))})"
                 )
             others = [r for r in requests if _node_of(r.user_agent) not in ("node-1", "?")]
             others_claims = [r for r in others if "resourceclaims" in r.path]
