@@ -40,6 +40,8 @@ from tests.tools.bench_blocks import BLOCK_CRD, BlockNode, BlockPool
 CRD_FILE = REPO / "spec" / "crds" / "addressreservations.dracni.io.yaml"
 LATENCY = 0.020
 NODES = ("node-1", "node-2", "node-3")
+#: allocations measured per figure of (j) and of the 90% row of (k)
+SAMPLES = 100
 
 
 def reservation_crd() -> dict[str, Any]:
@@ -127,7 +129,7 @@ def allocation_cost(base: Path) -> None:
             figures = []
             for mode in ("cold", "warm"):
                 costs = []
-                for i in range(30):
+                for i in range(SAMPLES):
                     if mode == "cold":
                         me.fresh()
                         me.allocator.ensure_loaded()
@@ -263,7 +265,7 @@ def ninety(api: FakeApiServer, nodes: dict[str, Any], usable: int) -> dict[str, 
         i += 1
     api.reset_requests()
     costs, refused = [], 0
-    for k in range(30):
+    for k in range(SAMPLES):
         address, n = measured(api, "node-1", lambda k=k: nodes["node-1"].allocate(f"m{k}"))
         costs.append(n)
         if address is None:
