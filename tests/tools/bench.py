@@ -11,7 +11,9 @@ kubelet plugin service running against the test API server:
 (f) RunPodSandbox through Debian's containerd 1.6 CRI (``tests/containerd/runtime.py``),
     median and p90, interleaved rounds: bridge alone, bridge + dracni as a pass-through (a pod
     without claims), bridge + dracni with one macvlan claim; dracni's added cost in ms and %;
-(g) and (h), the service's API load and a burst of pod starts: ``tests/tools/bench_cluster.py``;
+(g) and (h), the service's API load and a burst of pod starts, with and without an address pool:
+    ``tests/tools/bench_cluster.py``; (j) and (k), requests per pool allocation and the
+    reservations-or-blocks design measurement: ``tests/tools/bench_pools.py``;
 (i) 15 pods sharing eth1 (15 claims, one shareID each): the ADD of the 15th pod against the
     first, interleaved per round (no growth with the attachments already on the parent).
 
@@ -39,7 +41,8 @@ from tests.harness import DRACNI_BINARY, REPO, Lab, attachment_params, claim_man
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "40"))
 #: ``BENCH_ONLY=ab`` runs only the CNI exec measurements (a), (b) and (c) (for profiling work);
 #: ``BENCH_ONLY=abd`` adds the service's (d) and (e) (to compare two builds: run it once with each
-#: ``DRACNI_BINARY``); unset, everything runs.
+#: ``DRACNI_BINARY``); ``BENCH_ONLY=pools`` the address pool figures ((g), (h), (j), (k): with and
+#: without a pool, and the design comparison); unset, everything runs.
 ONLY = os.environ.get("BENCH_ONLY", "")
 POD_UID = "bbbbbbbb-0000-4000-8000-000000000001"
 PREV_RESULT = {
@@ -395,15 +398,18 @@ def bundle_startup() -> None:
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--inner":
         from tests.tools.bench_cluster import api_load_bench, burst_bench
+        from tests.tools.bench_pools import pools_bench
 
-        inner(sys.argv[2])
-        if ONLY == "ab":
-            return
-        service_bench(sys.argv[2])
-        if ONLY:
-            return
+        if ONLY != "pools":
+            inner(sys.argv[2])
+            if ONLY == "ab":
+                return
+            service_bench(sys.argv[2])
+            if ONLY:
+                return
         burst_bench(sys.argv[2])
         api_load_bench(sys.argv[2])
+        pools_bench(sys.argv[2])
         return
     import shutil
     import tempfile

@@ -85,6 +85,10 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
+    #: The listen backlog: kube-apiserver's listener (Go, net/sock_linux.go maxListenerBacklog)
+    #: takes the kernel's somaxconn, where socketserver's default of 5 drops the SYNs of a burst
+    #: of new connections (each then waits a 1 s retransmit).
+    request_queue_size = socket.SOMAXCONN
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], fake: FakeApiServer) -> None:
         self.fake = fake
