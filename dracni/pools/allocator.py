@@ -27,6 +27,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -41,6 +42,8 @@ log = logging.getLogger(__name__)
 MAX_TRIES = 256
 #: How long a taken address is tried last.
 TAKEN_TTL = 60.0
+#: Deletes of one release in flight at once.
+RELEASE_WORKERS = 8
 
 
 class Taken(Exception):
@@ -197,20 +200,26 @@ class PoolAllocator:
 
     # -- release ---------------------------------------------------------------------------------
     def release(self, reservations: list[Reservation]) -> list[str]:
-        """Delete the reservations; returns the problems (the reconcile retries those)."""
-        problems = []
-        for r in reservations:
-            try:
-                self.store.delete(r.name, r.uid)
-            except StoreError as exc:
-                problems.append(f"releasing {r.address} of pool {r.pool}: {exc}")
-                continue
-            with self._lock:
-                self._ledger.pop(r.name, None)
-                self._stamps.pop(r.name, None)
-                self._taken.pop(r.name, None)
+        """Delete the reservations, at the same time (each is a round trip); returns the problems
+        (the reconcile retries those)."""
+        if len(reservations) > 1:
+            with ThreadPoolExecutor(max_workers=min(len(reservations), RELEASE_WORKERS)) as pool:
+                outcomes = list(pool.map(self._delete, reservations))
+        else:
+            outcomes = [self._delete(r) for r in reservations]
         self._count()
-        return problems
+        return [problem for problem in outcomes if problem]
+
+    def _delete(self, r: Reservation) -> str | None:
+        try:
+            self.store.delete(r.name, r.uid)
+        except StoreError as exc:
+            return f"releasing {r.address} of pool {r.pool}: {exc}"
+        with self._lock:
+            self._ledger.pop(r.name, None)
+            self._stamps.pop(r.name, None)
+            self._taken.pop(r.name, None)
+        return None
 
     # -- internals -------------------------------------------------------------------------------
     def _try_create(self, pool: AddressPool, ip: Any, holder: Holder) -> Reservation | None:
