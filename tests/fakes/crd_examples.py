@@ -1,5 +1,5 @@
 """The custom resource definitions and helpers the CRD tests of the fake API server share
-(test_crds.py, test_crd_serving.py).
+(tests/fakes/crds/: test_crds.py, test_crd_serving.py, their conftest.py).
 
 ``CRD`` is written here after the design of the AddressReservation (/work/wt/POOLS.md section 2:
 cluster-scoped, ``dracni.io/v1alpha1``, printer columns, immutable pool and claim), so that the

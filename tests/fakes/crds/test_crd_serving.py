@@ -21,33 +21,12 @@ from tests.fakes.crd_examples import (
     SHIPPED,
     TABLE_ACCEPT,
     VERSION,
-    WIDGETS,
     body_of,
     create,
     raw_get,
     reservation,
 )
 from tests.kubeclient import client_for, serving
-
-
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory):
-    with serving(tmp_path_factory.mktemp("crds"), "node-1", "node-2", crds=[CRD, WIDGETS]) as server:
-        yield server
-
-
-@pytest.fixture
-def custom(api_client) -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(api_client)
-
-
-@pytest.fixture(autouse=True)
-def _clean(fake):
-    """Each test starts without custom objects (the server is the module's)."""
-    yield
-    for plural in (PLURAL, "widgets"):
-        for obj in fake.list_custom_objects(plural):
-            fake._store.remove(plural, obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
 
 
 # -- kubectl get ------------------------------------------------------------------------------------
