@@ -29,6 +29,9 @@ QUARANTINED = Gauge(
 SLICE_PUBLISHES = Counter(
     "dracni_resourceslice_writes_total", "ResourceSlice writes, by operation.", ["operation"], registry=REGISTRY
 )
+#: Used and free addresses of a pool, cluster-wide, without any node listing the cluster's
+#: reservations: used = sum by (pool, family) of dracni_address_pool_reserved over the nodes,
+#: free = max by (pool, family) of dracni_address_pool_size minus used.
 POOL_SIZE = Gauge(
     "dracni_address_pool_size",
     "Addresses an address pool hands out, by pool and family (pools this node has allocated from).",
@@ -37,8 +40,9 @@ POOL_SIZE = Gauge(
 )
 POOL_RESERVED = Gauge(
     "dracni_address_pool_reserved",
-    "Addresses of a pool this node holds (its AddressReservations); the cluster's total is the sum over nodes.",
-    ["pool"],
+    "Addresses of a pool this node holds (its AddressReservations), by pool and family; "
+    "the cluster's used addresses are the sum over the nodes.",
+    ["pool", "family"],
     registry=REGISTRY,
 )
 POOL_EXHAUSTED = Counter(

@@ -104,7 +104,7 @@ class PoolAllocator:
         self._clock = 0
         self._loaded = False
         self._taken: dict[str, float] = {}
-        self._pools: set[str] = set()
+        self._pools: set[tuple[str, str]] = set()  # (pool, family) this node has counted
         self._lock = threading.Lock()
 
     # -- the ledger ---------------------------------------------------------------------------
@@ -309,10 +309,11 @@ class PoolAllocator:
         with self._lock:
             counts = dict.fromkeys(self._pools, 0)
             for r in self._ledger.values():
-                counts[r.pool] = counts.get(r.pool, 0) + 1
+                key = (r.pool, _family(r))
+                counts[key] = counts.get(key, 0) + 1
             self._pools.update(counts)
-        for pool, count in counts.items():
-            metrics.POOL_RESERVED.labels(pool).set(count)
+        for (pool, family), count in counts.items():
+            metrics.POOL_RESERVED.labels(pool, family).set(count)
 
 
 def _family(r: Reservation) -> str:

@@ -257,3 +257,25 @@ def test_a_persistentips_address_goes_with_the_claim_s_allocation_an_ipamclaim_s
     left = fake.list_custom_objects("addressreservations")
     assert {o["spec"]["claim"]["uid"] for o in left} == {"u7"}
     assert {o["spec"]["ipamClaim"] for o in left} == {"vm.net1"}
+
+
+def test_metrics_give_each_pool_s_size_and_the_node_s_reserved_addresses(fake, api):
+    """used (cluster) = sum of dracni_address_pool_reserved over the nodes; free = size - used."""
+    from dracni.metrics import REGISTRY
+
+    pool = parse_pool({"name": "metered", "subnets": [{"subnet": "10.3.0.0/29"}]}, "p")
+    nodes = [allocator(api, "node-1"), allocator(api, "node-2")]
+    held = [nodes[i % 2].reserve_free(Pick(pool, "ipv4", f"m{i}"), holder(f"m{i}")) for i in range(3)]
+
+    def sample(name: str) -> float | None:
+        return REGISTRY.get_sample_value(name, {"pool": "metered", "family": "ipv4"})
+
+    assert sample("dracni_address_pool_size") == 5
+    # one registry per process: both "nodes" write one gauge here; node-1 counted last, its 2
+    assert sample("dracni_address_pool_reserved") == 2
+    nodes[0].release([r for r in held if r.node == "node-1"])
+    assert sample("dracni_address_pool_reserved") == 0
+    with pytest.raises(PoolFull):
+        for i in range(10):
+            nodes[1].reserve_free(Pick(pool, "ipv4", f"n{i}"), holder(f"n{i}"))
+    assert REGISTRY.get_sample_value("dracni_address_pool_exhausted_total", {"pool": "metered"}) == 1
