@@ -176,6 +176,38 @@ def test_a_full_pool_refuses_the_next_claim_with_a_clear_error_and_nothing_else_
     assert cluster.reservations("small") == []
 
 
+def test_a_shared_claim_gives_each_pod_its_own_address(cluster):
+    """A claim two pods share (kubelet prepares it once; the second pod joins it): each pod's
+    attachment gets an address of its own, reserved for that pod, and both go at unprepare."""
+    network = pool_network("shared", [{"subnet": "10.10.5.0/24"}], data_dir=cluster.ipam_dir)
+    node = cluster.nodes[0]
+    claim = cluster.claim(node, "team", network, pod_name="team-a")
+    pod_a = claim["status"]["reservedFor"][0]
+    pod_b = {"resource": "pods", "name": "team-b", "uid": str(uuid.uuid4())}
+    cluster.api.set_claim_allocation("default", "team", claim["status"]["allocation"], [pod_a, pod_b])
+    claim = cluster.api.get_claim("default", "team")
+    prepare_ok(cluster, [(node, claim)])
+    (device,) = node.record(claim["metadata"]["uid"])["devices"]
+    by_pod = device["poolIPs"]
+    assert set(by_pod) == {pod_a["uid"], pod_b["uid"]} and by_pod[pod_a["uid"]] != by_pod[pod_b["uid"]]
+    held = {r["spec"]["address"]: r["spec"]["pod"]["uid"] for r in cluster.reservations("shared")}
+    assert held == {bare(by_pod[p["uid"]][0]): p["uid"] for p in (pod_a, pod_b)}
+
+    sandboxes = []
+    for pod in (pod_a, pod_b):
+        sandbox = node.lab.pod(f"dracni-{node.name}")
+        node.lab.cnitool("add", sandbox, pod_uid=pod["uid"], pod_name=pod["name"], namespace="default")
+        assert net1_addresses(sandbox) == by_pod[pod["uid"]]
+        sandboxes.append((pod, sandbox))
+    assert ping(sandboxes[0][1], bare(by_pod[pod_b["uid"]][0]))
+    for pod, sandbox in sandboxes:
+        node.lab.cnitool("del", sandbox, pod_uid=pod["uid"], pod_name=pod["name"], namespace="default")
+        sandbox.close()
+        node.lab.pods.remove(sandbox)
+    unprepare_ok(cluster, [(node, claim)])
+    assert cluster.reservations("shared") == []
+
+
 def test_a_persistent_claim_keeps_its_address_and_a_claim_pinning_it_is_refused(two_nodes):
     cluster = two_nodes
     network = pool_network("keep", [{"subnet": "10.10.3.0/24"}], data_dir=cluster.ipam_dir, pinnable=True)
