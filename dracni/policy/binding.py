@@ -90,6 +90,8 @@ def bind_to_device(
                             label,
                         )
             _whole_nic(kind, shared, known(), f"{field}.type", label)
+        if tenant:
+            _shared_parent(plugin, shared, known, field, label)
     device_id = params["runtimeConfig"].get("deviceID")
     if tenant and device_id is not None:
         _same(device_id, nic(f"{where}.runtimeConfig.deviceID").pci_bus_id, f"{where}.runtimeConfig.deviceID", label)
@@ -110,6 +112,44 @@ def _whole_nic(kind: str, share_id: bool, facts: DeviceFacts | None, field: str,
         f'device.attributes["<driver>"].sharing == "exclusive"',
         "exclusiveDevice",
     )
+
+
+#: What a tenant's plugin may not do on a NIC other claims share: settings the kernel keeps per
+#: parent, so that one attachment's choice changes every other attachment on it.
+#: - macvlan ``passthru``: the one child takes over the parent (its MAC and flags);
+#: - ipvlan: the kernel keeps one mode per parent (``ipvlan_link_new`` sets the port's mode), so a
+#:   tenant's ipvlan (whose plugin always sends a mode, l2 by default) can switch every other
+#:   ipvlan attachment on the parent between l2, l3 and l3s;
+#: - tuning ``promisc`` / ``allmulti`` on a macvlan or ipvlan child: the kernel raises the
+#:   parent's promiscuity / allmulti counters with the child's (``macvlan_change_rx_flags``).
+PARENT_FLAGS = ("promisc", "allmulti")
+
+
+def _shared_parent(
+    plugin: dict[str, Any], shared: bool, known: Callable[[], DeviceFacts | None], field: str, label: str
+) -> None:
+    kind = plugin["type"]
+    if kind not in ("macvlan", "ipvlan", "tuning"):
+        return
+    facts = known()
+    if not shared and (facts is None or facts.sharing == "exclusive"):
+        return
+    how = "allocated with a shareID" if shared else f"offered as {facts.sharing if facts else 'shared'}"
+    if kind == "macvlan" and str(plugin.get("mode", "")).lower() == "passthru":
+        raise refuse(f"{field}.mode", f"passthru takes over the parent of {label} ({how})", "sharedParent")
+    if kind == "ipvlan":
+        raise refuse(
+            f"{field}.type",
+            f"the kernel keeps one ipvlan mode per parent: an ipvlan of the claim's own on {label} ({how}) would "
+            "set it for every ipvlan attachment there; use the administrator's ipvlan network",
+            "sharedParent",
+        )
+    if kind == "tuning":
+        for flag in PARENT_FLAGS:
+            if plugin.get(flag):
+                raise refuse(
+                    f"{field}.{flag}", f"raises the {flag} counter of the parent of {label} ({how})", "sharedParent"
+                )
 
 
 def _same(named: Any, actual: str | None, field: str, label: str) -> None:

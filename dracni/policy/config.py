@@ -44,10 +44,23 @@ MAIN_PLUGIN_TYPES = frozenset(
     }
 )  # fmt: skip
 
+#: The sysctls a pod may set under PodSecurity's baseline profile (k8s.io/pod-security-admission
+#: policy/check_sysctls.go, sysctlsAllowedV1Dot29 and sysctlsAllowedV1Dot32's additions): the
+#: sysctls a claim config's tuning may set unless the administrator allows more.
+SAFE_SYSCTLS = frozenset(
+    {
+        "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.tcp_syncookies",
+        "net.ipv4.ping_group_range", "net.ipv4.ip_unprivileged_port_start", "net.ipv4.ip_local_reserved_ports",
+        "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
+        "net.ipv4.tcp_keepalive_probes", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem",
+    }
+)  # fmt: skip
+
 KEY_CLAIM_CONFIGS = "claimConfigs"
 KEY_PLUGIN_TYPES = "pluginTypes"
 KEY_IPAM_TYPES = "ipamTypes"
-_KEYS = (KEY_CLAIM_CONFIGS, KEY_PLUGIN_TYPES, KEY_IPAM_TYPES)
+KEY_ALLOWED_SYSCTLS = "allowedSysctls"
+_KEYS = (KEY_CLAIM_CONFIGS, KEY_PLUGIN_TYPES, KEY_IPAM_TYPES, KEY_ALLOWED_SYSCTLS)
 
 
 class PolicyError(ValueError):
@@ -61,6 +74,8 @@ class TenantPolicy:
     claim_configs: str = PROFILES
     plugin_types: frozenset[str] = field(default=DEFAULT_PLUGIN_TYPES)
     ipam_types: frozenset[str] = field(default=DEFAULT_IPAM_TYPES)
+    #: Sysctls a claim config's tuning may set: Kubernetes' safe set plus the administrator's.
+    sysctls: frozenset[str] = field(default=SAFE_SYSCTLS)
 
     def __post_init__(self) -> None:
         if self.claim_configs not in MODES:
@@ -83,6 +98,11 @@ class TenantPolicy:
         return (
             f"claimConfigs={self.claim_configs} pluginTypes={','.join(sorted(self.plugin_types))} "
             f"ipamTypes={','.join(sorted(self.ipam_types))}"
+            + (
+                f" allowedSysctls={','.join(sorted(self.sysctls - SAFE_SYSCTLS))}"
+                if self.sysctls - SAFE_SYSCTLS
+                else ""
+            )
         )
 
 
@@ -98,9 +118,10 @@ def load_policy(
     mode = claim_configs or _string(settings, KEY_CLAIM_CONFIGS) or PROFILES
     plugins = _types(settings, KEY_PLUGIN_TYPES, DEFAULT_PLUGIN_TYPES) | _clean(allow_types)
     ipams = _types(settings, KEY_IPAM_TYPES, DEFAULT_IPAM_TYPES) | _clean(allow_ipam_types)
+    sysctls = SAFE_SYSCTLS | _types(settings, KEY_ALLOWED_SYSCTLS, frozenset())
     where = f" (policy {path})" if path else ""
     try:
-        return TenantPolicy(claim_configs=mode, plugin_types=plugins, ipam_types=ipams)
+        return TenantPolicy(claim_configs=mode, plugin_types=plugins, ipam_types=ipams, sysctls=sysctls)
     except PolicyError as exc:
         raise PolicyError(f"{exc}{where}") from None
 

@@ -34,6 +34,12 @@ RULES = {
     "master, device and pciBusID from that device, leave them out",
     "exclusiveDevice": "host-device moves the whole NIC into the pod: only a device allocated to "
     "one claim (no shareID) can be moved",
+    "sharedParent": "on a NIC other claims share (a shareID, or offered as shared or slots), a claim's own "
+    "config may not change what the kernel keeps per parent: no macvlan passthru, no ipvlan of its own "
+    "(one mode per parent), no tuning promisc or allmulti",
+    "sysctls": "a claim config's tuning sysctls are limited to Kubernetes' safe set (the sysctls "
+    "PodSecurity's baseline profile allows a pod); the administrator allows more, key by key "
+    "(allowedSysctls in the policy)",
     "networkRanges": "addresses a claim picks must lie within the address ranges of the network's IPAM "
     "and, on a network with an address pool, be addresses the pool hands out",
     "addressPools": "only the administrator defines address pools (addressPool in a DeviceClass config); "

@@ -101,6 +101,8 @@ def check_claim_config(params: DeviceParameters, policy: TenantPolicy, where: st
             twins = [k for k in siblings if k != key and k.casefold() == key.casefold()]
             if twins:
                 raise refuse(f"{path}.{key}", f'"{twins[0]}" is the same key in another letter case', "keyCase")
+        if plugin["type"] == "tuning":
+            _check_sysctls(plugin.get("sysctl"), policy, f"{field}.sysctl")
         capabilities = plugin.get("capabilities", {})
         if not isinstance(capabilities, dict):
             raise ParameterError(f"{field}.capabilities", "must be an object of capability name -> true/false")
@@ -200,6 +202,22 @@ def _check_in_ranges(ips: Any, network: DeviceParameters, field: str) -> None:
 
 
 # -- helpers -----------------------------------------------------------------------------------------------
+
+
+def _check_sysctls(sysctls: Any, policy: TenantPolicy, field: str) -> None:
+    if sysctls is None:
+        return
+    if not isinstance(sysctls, dict):
+        raise ParameterError(field, "must be an object of sysctl name -> value")
+    for key in sysctls:
+        name = key.replace("/", ".") if isinstance(key, str) else key
+        if name not in policy.sysctls:
+            raise refuse(
+                f"{field}[{_show(key)}]",
+                f"{_show(key)} is not a sysctl claims may set (Kubernetes' safe set; the administrator adds "
+                "more with allowedSysctls)",
+                "sysctls",
+            )
 
 
 def _check_no_pool(params: DeviceParameters, where: str) -> None:

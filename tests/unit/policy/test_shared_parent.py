@@ -1,0 +1,95 @@
+"""Under claimConfigs: full, a claim's own config cannot change what others on its NIC share
+(rule sharedParent), and its tuning sysctls stay within Kubernetes' safe set (rule sysctls)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dracni.params import ParameterError, validate_parameters
+from dracni.policy.binding import DeviceFacts, bind_to_device
+from dracni.policy.config import SAFE_SYSCTLS, TenantPolicy, load_policy
+from dracni.policy.tenant import check_claim_config
+
+FULL = TenantPolicy(claim_configs="full")
+
+
+def own(*plugins: dict) -> dict:
+    return validate_parameters(
+        {
+            "apiVersion": "dracni.io/v1alpha1",
+            "kind": "NetworkAttachment",
+            "config": {"name": "own", "plugins": list(plugins)},
+        }
+    )
+
+
+def bind(params: dict, *, shared: bool = False, sharing: str = "exclusive") -> None:
+    bind_to_device(
+        params,
+        pool="node1",
+        device="eth1",
+        shared=shared,
+        tenant=True,
+        lookup=lambda pool, device: DeviceFacts("eth1", None, None, sharing),
+        where="parameters",
+    )
+
+
+@pytest.mark.parametrize(
+    ("plugin", "field"),
+    [
+        ({"type": "macvlan", "mode": "passthru"}, "parameters.config.plugins[0].mode"),
+        ({"type": "ipvlan", "mode": "l3"}, "parameters.config.plugins[0].type"),
+        ({"type": "ipvlan"}, "parameters.config.plugins[0].type"),
+    ],
+)
+@pytest.mark.parametrize(("shared", "sharing"), [(True, "exclusive"), (False, "shared"), (False, "slots")])
+def test_what_the_kernel_keeps_per_parent_is_refused_on_a_shared_nic(plugin, field, shared, sharing):
+    with pytest.raises(ParameterError) as caught:
+        bind(own(plugin), shared=shared, sharing=sharing)
+    assert caught.value.field == field
+    assert "(rule sharedParent: " in caught.value.reason
+
+
+@pytest.mark.parametrize("flag", ["promisc", "allmulti"])
+def test_tuning_cannot_raise_the_shared_parent_s_flags(flag):
+    params = own({"type": "macvlan", "mode": "bridge"}, {"type": "tuning", flag: True})
+    with pytest.raises(ParameterError) as caught:
+        bind(params, sharing="shared")
+    assert caught.value.field == f"parameters.config.plugins[1].{flag}"
+    assert f"raises the {flag} counter of the parent of node1/eth1" in caught.value.reason
+
+
+def test_on_a_nic_of_its_own_the_claim_may():
+    bind(own({"type": "macvlan", "mode": "passthru"}, {"type": "tuning", "promisc": True}))
+    bind(own({"type": "ipvlan", "mode": "l3"}))
+    bind(own({"type": "macvlan", "mode": "bridge"}, {"type": "tuning", "promisc": False}), sharing="shared")
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "net.ipv4.ip_forward",
+        "net.ipv4.conf.all.forwarding",
+        "net.ipv6.conf.net1.accept_ra",
+        "net/ipv4/conf/net1/proxy_arp",
+    ],
+)
+def test_tuning_sysctls_outside_the_safe_set_are_refused(key):
+    params = own({"type": "macvlan"}, {"type": "tuning", "sysctl": {key: "1"}})
+    with pytest.raises(ParameterError) as caught:
+        check_claim_config(params, FULL, "parameters")
+    assert caught.value.field.startswith("parameters.config.plugins[1].sysctl[")
+    assert "(rule sysctls: " in caught.value.reason
+
+
+def test_the_safe_set_is_allowed_and_the_administrator_adds_keys(tmp_path: Path):
+    safe = own({"type": "macvlan"}, {"type": "tuning", "sysctl": dict.fromkeys(SAFE_SYSCTLS, "1")})
+    check_claim_config(safe, FULL, "parameters")
+    path = tmp_path / "policy.yaml"
+    path.write_text("claimConfigs: full\nallowedSysctls: [net.ipv4.conf.net1.arp_ignore]\n")
+    policy = load_policy(str(path))
+    check_claim_config(own({"type": "tuning", "sysctl": {"net.ipv4.conf.net1.arp_ignore": "1"}}), policy, "parameters")
+    assert "allowedSysctls=net.ipv4.conf.net1.arp_ignore" in policy.describe()
