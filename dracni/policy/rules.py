@@ -42,6 +42,8 @@ RULES = {
     "(allowedSysctls in the policy)",
     "networkRanges": "addresses a claim picks must lie within the address ranges of the network's IPAM "
     "and, on a network with an address pool, be addresses the pool hands out",
+    "addressOwnership": "an address a claim picks is never one the segment's infrastructure owns: the "
+    "network and broadcast addresses, the network's gateway",
     "addressPools": "only the administrator defines address pools (addressPool in a DeviceClass config); "
     "a claim's addresses come from its class's pool, reserved for it across the cluster",
 }

@@ -181,6 +181,59 @@ def network_subnets(network: DeviceParameters) -> list[ipaddress.IPv4Network | i
     return subnets
 
 
+def network_gateways(network: DeviceParameters) -> set[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The gateways the network's IPAM configs name or imply: a host-local range's ``gateway``
+    (default: its subnet's first address, as host-local's ``Range.Canonicalize``), a top-level
+    ``gateway``, a static address's ``gateway``, and every route's ``gw``."""
+    found: set[ipaddress.IPv4Address | ipaddress.IPv6Address] = set()
+
+    def add(text: Any) -> None:
+        if isinstance(text, str):
+            try:
+                found.add(ipaddress.ip_address(text))
+            except ValueError:
+                pass
+
+    for plugin in (network["config"] or {}).get("plugins", []):
+        ipam = plugin.get("ipam")
+        if not isinstance(ipam, dict):
+            continue
+        ranges = [r for rs in ipam.get("ranges") or [] if isinstance(rs, list) for r in rs if isinstance(r, dict)]
+        if ipam.get("subnet"):
+            ranges.append({"subnet": ipam.get("subnet"), "gateway": ipam.get("gateway")})
+        for r in ranges:
+            if r.get("gateway"):
+                add(r["gateway"])
+                continue
+            try:
+                subnet = ipaddress.ip_network(str(r.get("subnet")), strict=False)
+            except (TypeError, ValueError):
+                continue
+            if subnet.num_addresses > 2:
+                found.add(subnet.network_address + 1)
+        for a in ipam.get("addresses") or []:
+            if isinstance(a, dict):
+                add(a.get("gateway"))
+        for route in ipam.get("routes") or []:
+            if isinstance(route, dict):
+                add(route.get("gw"))
+    return found
+
+
+def _check_not_infrastructure(address: Any, network: DeviceParameters, field: str) -> None:
+    """A chosen address is never the segment's network or broadcast address nor its gateway."""
+    ip, net = address.ip, address.network
+    what = None
+    if net.num_addresses > 2 and ip == net.network_address:
+        what = "the network address"
+    elif net.version == 4 and net.num_addresses > 2 and ip == net.broadcast_address:
+        what = "the broadcast address"
+    elif ip in network_gateways(network):
+        what = "the network's gateway"
+    if what:
+        raise refuse(field, f"{ip} is {what} of {net}", "addressOwnership")
+
+
 def _check_in_ranges(ips: Any, network: DeviceParameters, field: str) -> None:
     name = (network["config"] or {}).get("name")
     if not isinstance(ips, list) or not ips:
@@ -198,6 +251,7 @@ def _check_in_ranges(ips: Any, network: DeviceParameters, field: str) -> None:
         if not any(address.ip in subnet and address.network == subnet for subnet in subnets):
             ranges = ", ".join(str(s) for s in subnets)
             raise refuse(f"{field}[{index}]", f'{_show(text)} is outside network "{name}" ({ranges})', "networkRanges")
+        _check_not_infrastructure(address, network, f"{field}[{index}]")
         _check_in_pool(address.ip, network, f"{field}[{index}]")
 
 

@@ -86,11 +86,12 @@ def test_a_claim_cannot_bring_a_pool(resolver):
 
 
 def test_a_chosen_address_must_be_one_the_pool_hands_out(resolver):
+    pool = {"name": "lan", "subnets": [{"subnet": "10.10.1.0/24", "exclude": ["10.10.1.50"]}]}
     choice = {
         "apiVersion": "dracni.io/v1alpha1",
         "kind": "NetworkAttachment",
-        "runtimeConfig": {"ips": ["10.10.1.1/24"]},
+        "runtimeConfig": {"ips": ["10.10.1.50/24"]},
     }
-    message = error(resolver, claim(network(), choice))
-    assert "parameters.runtimeConfig.ips[0]: 10.10.1.1 is not an address pool lan hands out" in message
+    message = error(resolver, claim(network(pool=pool), choice))
+    assert "parameters.runtimeConfig.ips[0]: 10.10.1.50 is not an address pool lan hands out" in message
     assert "(rule networkRanges" in message

@@ -93,3 +93,58 @@ def test_the_safe_set_is_allowed_and_the_administrator_adds_keys(tmp_path: Path)
     policy = load_policy(str(path))
     check_claim_config(own({"type": "tuning", "sysctl": {"net.ipv4.conf.net1.arp_ignore": "1"}}), policy, "parameters")
     assert "allowedSysctls=net.ipv4.conf.net1.arp_ignore" in policy.describe()
+
+
+# -- addresses the segment's infrastructure owns (rule addressOwnership) ----------------------------
+
+
+def class_network(ipam: dict) -> dict:
+    return validate_parameters(
+        {
+            "apiVersion": "dracni.io/v1alpha1",
+            "kind": "NetworkAttachment",
+            "config": {"name": "lan", "plugins": [{"type": "macvlan", "capabilities": {"ips": True}, "ipam": ipam}]},
+        }
+    )
+
+
+def choose(ip: str) -> dict:
+    return validate_parameters(
+        {"apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachment", "runtimeConfig": {"ips": [ip]}}
+    )
+
+
+HOST_LOCAL = {"type": "host-local", "ranges": [[{"subnet": "10.10.1.0/24"}]]}
+WITH_GATEWAY = {"type": "host-local", "ranges": [[{"subnet": "10.10.1.0/24", "gateway": "10.10.1.254"}]]}
+STATIC = {
+    "type": "static",
+    "addresses": [{"address": "10.20.0.5/24", "gateway": "10.20.0.9"}],
+    "routes": [{"dst": "0.0.0.0/0", "gw": "10.20.0.10"}],
+}
+
+
+@pytest.mark.parametrize(
+    ("ipam", "ip", "what"),
+    [
+        (HOST_LOCAL, "10.10.1.0/24", "the network address of 10.10.1.0/24"),
+        (HOST_LOCAL, "10.10.1.255/24", "the broadcast address of 10.10.1.0/24"),
+        (HOST_LOCAL, "10.10.1.1/24", "the network's gateway"),  # host-local's default gateway
+        (WITH_GATEWAY, "10.10.1.254/24", "the network's gateway"),
+        (STATIC, "10.20.0.9/24", "the network's gateway"),
+        (STATIC, "10.20.0.10/24", "the network's gateway"),
+    ],
+)
+def test_a_claim_never_takes_the_segment_s_infrastructure_addresses(ipam, ip, what):
+    from dracni.policy.tenant import apply_profile
+
+    with pytest.raises(ParameterError) as caught:
+        apply_profile(class_network(ipam), choose(ip), "parameters")
+    assert caught.value.field == "parameters.runtimeConfig.ips[0]"
+    assert what in caught.value.reason and "(rule addressOwnership: " in caught.value.reason
+
+
+def test_a_free_address_in_range_is_still_granted():
+    from dracni.policy.tenant import apply_profile
+
+    apply_profile(class_network(WITH_GATEWAY), choose("10.10.1.1/24"), "parameters")  # .1 is no gateway here
+    apply_profile(class_network(HOST_LOCAL), choose("10.10.1.7/24"), "parameters")
