@@ -14,8 +14,6 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeGuard
 
-import orjson
-
 from ..addresses import parse_interface_address
 from ..clock import parse_rfc3339, zero_time
 from .fielderrors import duplicate as _duplicate
@@ -25,6 +23,7 @@ from .fielderrors import quote as _quote
 from .fielderrors import required as _required
 from .fielderrors import too_long as _too_long
 from .fielderrors import too_many as _too_many
+from .gojson import go_json_size
 
 # -- API limits (k8s.io/kubernetes/pkg/apis/resource, apimachinery metav1 validation) ----
 DATA_MAX_BYTES = 10 * 1024  # AllocatedDeviceStatusDataMaxLength
@@ -43,14 +42,6 @@ SLICE_MAX_DEVICES = 128  # ResourceSliceMaxDevices
 SLICE_MAX_DEVICES_WITH_TAINTS = 64  # ResourceSliceMaxDevicesWithTaintsOrConsumesCounters
 DEVICE_MAX_ATTRIBUTES = 32  # ResourceSliceMaxAttributesAndCapacitiesPerDevice
 ATTRIBUTE_VALUE_MAX = 64  # DeviceAttributeMaxValueLength (bytes of a string or version value)
-
-
-def json_size(value: Any) -> int | None:
-    """Bytes of ``value`` as JSON, None when it is not JSON at all."""
-    try:
-        return len(orjson.dumps(value))
-    except (orjson.JSONEncodeError, TypeError):
-        return None
 
 
 def _is_index(value: object) -> TypeGuard[int]:
@@ -282,9 +273,10 @@ def _validate_conditions(conditions: list[Any], path: str) -> list[str]:
 
 
 def _validate_data(data: Any, path: str) -> list[str]:
+    """``validateRawExtension``: the size Go's ``json.Marshal`` gives it (``gojson``), then an object."""
     if data is None:  # optional
         return []
-    size = json_size(data)
+    size = go_json_size(data)
     if size is None:
         return [_invalid(path, "<value omitted>", "error parsing data as JSON")]
     if size > DATA_MAX_BYTES:

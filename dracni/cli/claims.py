@@ -145,11 +145,13 @@ def publish_status(claims_path: str, state_dir: str, driver: str) -> None:
         click.echo(f"claim {uid}: not published, will retry: {error}", err=True)
     for uid, error in sorted(report.dropped.items()):
         click.echo(f"claim {uid}: dropped: {error}", err=True)
+    for uid, error in sorted(report.refused.items()):  # the claim's other entries were published
+        click.echo(f"claim {uid}: entries refused: {error}", err=True)
     for uid, error in sorted(report.quarantined.items()):
         click.echo(f"claim {uid}: unreadable status outbox record: {error}", err=True)
     if unmatched:
         click.echo(f"{len(unmatched)} claim(s) kept pending: their manifests are not in {claims_path}", err=True)
-    if errors or report.dropped:
+    if errors or report.dropped or report.refused:
         sys.exit(1)
 
 

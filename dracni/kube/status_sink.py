@@ -83,5 +83,6 @@ class ApiStatusSink:
                 raise SinkError(
                     f"{where}: {exc}; missing RBAC rule: {rule}; retrying until it is granted", forbidden=True
                 ) from None
-            # 422: the server refuses the entries; sending them again would not change that.
-            raise SinkError(f"{where}: {exc}", retryable=exc.retryable) from None
+            # 422: the server refuses the entries; sending them again would not change that, but
+            # the drain sends them one by one (``status.drain``) so the others still get through.
+            raise SinkError(f"{where}: {exc}", retryable=exc.retryable, refused=exc.status == 422) from None

@@ -86,6 +86,8 @@ class StatusPublisher:
         self.published += report.published
         for uid, error in report.dropped.items():
             log.error("status of claim %s dropped: %s", uid, error)
+        for uid, error in report.refused.items():
+            log.error("status of claim %s published without what the API server refused: %s", uid, error)
         for uid, error in report.quarantined.items():
             log.warning("status outbox record of claim %s is unreadable: %s", uid, error)
         for uid, error in report.failed.items():

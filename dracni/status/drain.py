@@ -5,9 +5,13 @@ device facts for one claim.  They become ``status.devices`` entries, go to the s
 call per claim, and the record is then marked published *with the seq that was read*: a
 newer state written by the CNI plugin in the meantime keeps the record pending, so the next
 drain publishes it.  A claim that fails is reported and stays pending; the others go on.
-A failure the sink calls final (the claim is gone or was re-created, or the server refuses the
-entries as invalid) is reported as dropped and marked published, so it is not retried forever.
-An authorization refusal is never final: it stays pending until the grant is fixed.
+A failure the sink calls final (the claim is gone or was re-created) is reported as dropped and
+marked published, so it is not retried forever.  When the server refuses the entries' content
+(a 422 of validation), the entries are sent again one at a time (``publish_per_entry``): an
+entry refused alone is replaced by a marker (its Ready condition with the reason
+``StatusRefused`` and the server's words, no data), or left out if even that is refused, and
+every other entry of the claim still gets published.  An authorization refusal is never final:
+it stays pending until the grant is fixed.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dracni.apirules.validation import MESSAGE_MAX
 from dracni.state.facts import entry_key, published
 from dracni.state.store import StateDir, StateError
-from dracni.status.entries import Entry, status_devices
+from dracni.status.entries import READY, Entry, status_devices
 from dracni.status.sink import SinkError, StatusSink
 
 if TYPE_CHECKING:
@@ -38,6 +43,71 @@ class DrainReport:
     dropped: dict[str, str] = field(default_factory=dict)  # claim uid -> final error; not retried
     #: claim uid -> where its unreadable outbox record went (quarantine/) and why; not retried
     quarantined: dict[str, str] = field(default_factory=dict)
+    #: claim uid -> the entries the server refused (replaced by a marker or left out); the
+    #: claim's other entries were published
+    refused: dict[str, str] = field(default_factory=dict)
+
+
+#: The Ready reason of an entry whose content the API server refused (the message says why).
+REASON_REFUSED = "StatusRefused"
+
+
+def refused_marker(entry: Entry, error: str) -> Entry:
+    """What stands for ``entry`` once the server refused it: its identity, its Ready status with
+    the reason ``StatusRefused`` and the server's message; no data, no networkData."""
+    marker: Entry = {k: entry[k] for k in ("driver", "pool", "device", "shareID") if k in entry}
+    ready: dict[str, Any] = next((c for c in entry.get("conditions") or [] if c.get("type") == READY), {})
+    text = f"the API server refused this entry's status: {error}".encode()[:MESSAGE_MAX].decode("utf-8", "ignore")
+    marker["conditions"] = [
+        {
+            "type": READY,
+            "status": ready.get("status") or "Unknown",
+            "reason": REASON_REFUSED,
+            "message": text,
+            "lastTransitionTime": ready.get("lastTransitionTime") or "1970-01-01T00:00:00Z",
+        }
+    ]
+    return marker
+
+
+def _name(entry: Entry) -> str:
+    share = f" share {entry['shareID']}" if entry.get("shareID") else ""
+    return f"{entry.get('pool')}/{entry.get('device')}{share}"
+
+
+def publish_per_entry(sink: StatusSink, claim: Any, driver: str, entries: list[Entry]) -> str:
+    """Publish ``entries`` one more at a time after the server refused them together.
+
+    Each step applies the entries kept so far plus the next one; an entry refused alone is
+    tried as its ``refused_marker``, then left out.  Returns what was refused (empty: none was,
+    alone).  A failure other than a refusal (the server went away) propagates: the record stays
+    pending and the next drain starts over with the whole set.
+    """
+    kept: list[Entry] = []
+    refused: list[str] = []
+    written = False  # whether the server holds exactly ``kept`` now
+    for entry in entries:
+        error = ""
+        written = False
+        for attempt in ("as it is", "replaced by a marker"):
+            candidate = entry if not error else refused_marker(entry, error)
+            try:
+                sink.apply(claim, driver, [*kept, candidate])
+            except SinkError as exc:
+                if not exc.refused:
+                    raise
+                error = error or str(exc)
+                continue
+            kept.append(candidate)
+            written = True
+            if error:
+                refused.append(f"{_name(entry)} {attempt}: {error}")
+            break
+        else:
+            refused.append(f"{_name(entry)} left out: {error}")
+    if not written:  # the last entry was left out, or each one: the kept ones replace the old
+        sink.apply(claim, driver, kept)
+    return "; ".join(refused)
 
 
 def _pending(state: StateDir, report: DrainReport) -> list[StatusOutbox]:
@@ -97,7 +167,14 @@ def drain_outbox(
                     if not exc.retryable:
                         raise
                     retry_later = exc
-            sink.apply(claim, driver, claim_entries(record, driver=driver, notes=notes))
+            entries = claim_entries(record, driver=driver, notes=notes)
+            try:
+                sink.apply(claim, driver, entries)
+            except SinkError as exc:
+                if not exc.refused or not entries:
+                    raise
+                refused = publish_per_entry(sink, claim, driver, entries) or f"refused as a whole: {exc}"
+                report.refused[uid] = refused
             if retry_later is not None:
                 raise retry_later
         except SinkError as exc:

@@ -12,13 +12,13 @@ from datetime import datetime
 from typing import Any
 
 from ..addresses import canonical_interface_address
+from ..apirules.gojson import go_json_size
 from ..apirules.validation import (
     DATA_MAX_BYTES,
     HARDWARE_ADDRESS_MAX,
     INTERFACE_NAME_MAX,
     MAX_IPS,
     MESSAGE_MAX,
-    json_size,
 )
 from ..clock import normalize_time, parse_rfc3339, zero_time
 from ..state.facts import entry_key
@@ -28,6 +28,9 @@ REASON_READY = "NetworkInterfaceReady"
 REASON_NOT_READY = "NetworkInterfaceNotReady"
 #: A persistent attachment whose pod is gone: the entry keeps its addresses for the next pod.
 REASON_DETACHED = "Detached"
+#: Ready, but the CNI result is too large for ``data`` even shrunk: ``data`` is left out and
+#: this reason (with the size in the message) marks its place.
+REASON_DATA_OMITTED = "NetworkInterfaceReadyResultTooLarge"
 
 Entry = dict[str, Any]
 
@@ -122,27 +125,43 @@ def _only_attachment_interface(data: dict[str, Any], index: int | None) -> dict[
     return data
 
 
-def _fit_data(result: Any, index: int | None) -> dict[str, Any] | None:
-    """The CNI result as ``data``: no sandbox paths, at most 10 KiB of JSON, else None."""
+def _fit_data(result: Any, index: int | None) -> tuple[dict[str, Any] | None, int | None]:
+    """The CNI result as ``data``: no sandbox paths, at most 10 KiB as the API server counts.
+
+    Returns ``(data, None)``, or ``(None, size)`` when even the attachment's interface alone
+    is too large (``size``: the full result's bytes as Go encodes it, 0 when Go could not
+    encode it); ``(None, None)`` without a result.  Sizes are Go's (``apirules.gojson``): what
+    the server measures after its own re-encoding, where each ``<`` of a DNS domain takes 6 bytes.
+    """
     if not isinstance(result, dict):
-        return None
+        return None, None
     data = _strip_sandbox(result)
 
     def fits(candidate: dict[str, Any]) -> bool:
-        size = json_size(candidate)
+        size = go_json_size(candidate)
         return size is not None and size <= DATA_MAX_BYTES
 
+    full = data
     if fits(data):
-        return data
+        return data, None
     for key in ("dns", "routes"):
         if key in data:
             data = {k: v for k, v in data.items() if k != key}
             if fits(data):
-                return data
+                return data, None
     data = _only_attachment_interface(data, index)
     if fits(data):
-        return data
-    return None
+        return data, None
+    size = go_json_size(full)
+    return None, size or 0
+
+
+def _omitted_note(size: int) -> str:
+    measured = f"{size} bytes as the API server encodes it" if size else "not encodable as JSON"
+    return (
+        f"data left out: the CNI result ({measured}) does not fit the {DATA_MAX_BYTES}-byte limit "
+        "of status data even without dns, routes and other interfaces"
+    )
 
 
 def error_message(error: Any, if_name: str) -> str:
@@ -191,14 +210,17 @@ def device_status_entry(fact: DeviceFact, *, driver: str) -> Entry:
             "reason": REASON_NOT_READY,
             "message": error_message(fact.get("error"), if_name),
         }
+    index = _attachment_index(result, if_name)
+    data, omitted = _fit_data(result, index)
+    if data is not None:
+        entry["data"] = data
+    if omitted is not None:  # the reason says why data is missing (Ready stays True)
+        if ready:
+            condition["reason"] = REASON_DATA_OMITTED
+        condition["message"] = f"{condition['message']}; {_omitted_note(omitted)}"
     condition["message"] = _utf8_truncate(condition["message"], MESSAGE_MAX)
     condition["lastTransitionTime"] = normalize_time(fact.get("updatedAt"))
     entry["conditions"] = [condition]
-
-    index = _attachment_index(result, if_name)
-    data = _fit_data(result, index)
-    if data is not None:
-        entry["data"] = data
 
     network: dict[str, Any] = {}
     if if_name and len(if_name.encode("utf-8")) <= INTERFACE_NAME_MAX:

@@ -38,12 +38,15 @@ class SinkError(Exception):
 
     ``forbidden``: the server refused dracni the write (RBAC, or the 1.36 per-device status
     authorization): retried, since fixing the grant makes it work, and reported apart.
+    ``refused``: the server refused the entries' content (a 422 of validation): final for
+    these entries, but the drain tries them one by one so one entry never costs the others.
     """
 
-    def __init__(self, message: str, *, retryable: bool = True, forbidden: bool = False) -> None:
+    def __init__(self, message: str, *, retryable: bool = True, forbidden: bool = False, refused: bool = False) -> None:
         super().__init__(message)
-        self.retryable = retryable or forbidden
+        self.retryable = (retryable or forbidden) and not refused
         self.forbidden = forbidden
+        self.refused = refused
 
 
 @runtime_checkable
@@ -145,6 +148,7 @@ class LocalStatusSink:
                 raise SinkError(
                     f"ResourceClaim.resource.k8s.io {name!r} is invalid: " + "; ".join(problems),
                     retryable=False,
+                    refused=True,
                 )
 
             if not merged:

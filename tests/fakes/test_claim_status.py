@@ -466,3 +466,24 @@ def test_list_map_merge_order_is_structured_merge_diffs():
     assert types("abc", "cda") == ["b", "c", "d", "a"]
     assert types("ab", "x") == ["a", "b", "x"]
     assert types("", "ba") == ["b", "a"]
+
+
+def test_data_size_is_that_of_gos_json_marshal(fake, rapi):
+    """``validateRawExtension`` measures ``len(Raw)``, and a server-side apply rebuilds ``Raw`` with
+    ``json.Marshal`` (apimachinery ``runtime/converter.go`` ``fromUnstructured``): each ``<``, ``>``,
+    ``&`` is ``\\u003c`` (6 bytes); non-ASCII stays raw UTF-8 (Python's ``ensure_ascii`` would not)."""
+    from tests.fakes.apiserver.gojson import marshal, marshal_size
+
+    assert (
+        marshal({"b": "<&>", "a": [1, 2.5, 1e-7, 1e21, 1.0]})
+        == '{"a":[1,2.5,1e-7,1e+21,1],"b":"\\u003c\\u0026\\u003e"}'
+    )
+    assert marshal_size({"d": "é\u2028\n"}) == len('{"d":"') + 2 + 6 + 2 + 2
+    allocated(fake)
+    with pytest.raises(UnprocessableEntityException) as info:
+        apply(rapi, DRIVER, [entry(data={"domain": "<" * 9000})])  # 9 KB as sent, 54 KB re-encoded
+    assert body_of(info.value)["message"] == (
+        'ResourceClaim.resource.k8s.io "c1" is invalid: status.devices[0].data: Too long: must have at most 10240 bytes'
+    )
+    apply(rapi, DRIVER, [entry(data={"domain": "é" * 5000})])  # 10,000 bytes of UTF-8, 30,000 if \u-escaped
+    assert devices_of(fake)[0]["data"] == {"domain": "é" * 5000}

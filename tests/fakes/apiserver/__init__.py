@@ -14,7 +14,8 @@ kube-apiserver that dracni uses (``docs/contracts.md`` sections 3-5), with the r
   ``application/strategic-merge-patch+json`` replace the whole ``devices`` list, as the real
   server does.  Status writes go through the status strategy (``claim_status.py``): fields of
   disabled gates dropped, the 1.36 granular authorization (422 ``Forbidden``), and
-  ``validateResourceClaimStatusUpdate`` (422), all transcribed from upstream.
+  ``validateResourceClaimStatusUpdate`` (422), all transcribed from upstream; ``data`` is
+  measured on Go's ``json.Marshal`` encoding of it (``gojson.py``), as the server re-encodes it.
 - ``resource.k8s.io/v1`` ``resourceslices`` (cluster-scoped): create, get, list, watch, update,
   patch (merge), delete, deletecollection; field selectors ``spec.nodeName``, ``spec.driver``,
   ``metadata.name``; validation of the spec (422).
@@ -89,7 +90,8 @@ The package, one job a module:
   dropped while the gate is off, request policy and shareID validation).
 - Upstream's shared rules, transcribed: ``field.py`` (apimachinery ``field.Error`` wording),
   ``clock.py`` (``metav1.Time``), ``claim_status.py`` (the claim status strategy: gates,
-  authorization, validation), ``smd.py`` (structured-merge-diff for ``status.devices``).
+  authorization, validation), ``gojson.py`` (the bytes of Go's ``json.Marshal``, which ``data``'s
+  size is measured on), ``smd.py`` (structured-merge-diff for ``status.devices``).
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from . import field as fe
 from .clock import ZERO, parse_rfc3339
 from .consumable_capacity import uid_errors
 from .features import DRA_GRANULAR_STATUS_AUTHZ, DRA_RESOURCE_CLAIM_DEVICE_STATUS, FeatureGates
+from .gojson import marshal_size
 from .names import (
     DNS_SUBDOMAIN,
     SUBDOMAIN_MSG,
@@ -344,11 +345,11 @@ def validate_conditions(conditions: list[Any], path: str) -> list[str]:
 
 
 def validate_raw_extension(value: Any, path: str, max_length: int) -> list[str]:
-    """validation.go ``validateRawExtension`` (not stored): size of the raw JSON, then an object."""
-    raw = json.dumps(value, separators=(",", ":"))
+    """validation.go ``validateRawExtension`` (not stored): ``len(Raw)``, then an object; ``Raw``
+    as Go's ``json.Marshal`` rebuilt it (``gojson.py``: ``<`` is ``\u003c``, 6 bytes)."""
     if value is None:
         return [fe.required(path)]
-    if len(raw.encode()) > max_length:
+    if marshal_size(value) > max_length:
         return [fe.too_long(path, max_length)]
     if not isinstance(value, dict):
         return [fe.invalid(path, "<value omitted>", "must be a valid JSON object")]

@@ -154,3 +154,112 @@ def test_a_class_pool_is_checked(tmp_path: Path) -> None:
     assert code == 1 and "the network's IPAM must be host-local or static (it has: dhcp)" in output
     code, output = validate(write(tmp_path, device_class({**CLASS_NETWORK, "addressPool": good_pool})))
     assert code == 0, output
+
+
+def named_class(name: str, *networks: dict) -> dict:
+    """A DeviceClass ``name`` whose configs define ``networks``, in order."""
+    configs = [{"opaque": {"driver": "dracni.io", "parameters": n}} for n in networks]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"config": configs},
+    }
+
+
+def network(name: str, ipam: dict) -> dict:
+    plugins = [{"type": "macvlan", "mode": "bridge", "capabilities": {"ips": True}, "ipam": ipam}]
+    return {**CLASS_NETWORK, "config": {"cniVersion": "1.0.0", "name": name, "plugins": plugins}}
+
+
+def allocated_claim(class_name: str, params: dict) -> dict:
+    """An allocated claim of one request of ``class_name``, as prepare reads it."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c", "namespace": "tenant", "uid": "0b0e5c6a-5a2b-4d8e-9c1d-2f7e4a1b3c5d"},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "net", "exactly": {"deviceClassName": class_name}}],
+                "config": [{"requests": ["net"], "opaque": {"driver": "dracni.io", "parameters": params}}],
+            }
+        },
+        "status": {
+            "allocation": {
+                "devices": {"results": [{"request": "net", "driver": "dracni.io", "pool": "n", "device": "d"}]}
+            },
+            "reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}],
+        },
+    }
+
+
+def prepare_refuses(device_class: dict, claim: dict) -> str | None:
+    """What prepare (``claims.resolve``) says of ``claim`` allocated from ``device_class``."""
+    from dracni.claims.resolve import ClaimError, resolve_claim
+
+    for config in device_class["spec"]["config"]:
+        claim["status"]["allocation"]["devices"].setdefault("config", []).append(
+            {"source": "FromClass", "requests": ["net"], "opaque": config["opaque"]}
+        )
+    claim["status"]["allocation"]["devices"]["config"] += [
+        {**c, "source": "FromClaim"} for c in claim["spec"]["devices"]["config"]
+    ]
+    try:
+        resolve_claim(claim, driver="dracni.io")
+    except ClaimError as exc:
+        return str(exc)
+    return None
+
+
+STORAGE = network("storage", {"type": "host-local", "ranges": [[{"subnet": "10.20.0.0/24"}]]})
+STATIC = network("static-lan", {"type": "static", "addresses": []})
+
+
+def test_a_choice_is_checked_against_its_own_class_only(tmp_path: Path) -> None:
+    """Two classes in one file: a request of class A cannot choose class B's network (prepare refuses it)."""
+    a, b = named_class("a.dracni.io", CLASS_NETWORK), named_class("b.dracni.io", STORAGE)
+    claim = allocated_claim("a.dracni.io", attach(network="storage"))
+    tmpl = template(attach(network="storage"))
+    tmpl["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "a.dracni.io"
+    code, output = validate(write(tmp_path, a, b, tmpl, claim))
+    assert code == 1, output
+    wanted = (
+        '"storage" is not a network of the DeviceClasses given (they have: macvlan-eth1) for DeviceClass a.dracni.io'
+    )
+    assert f"ResourceClaimTemplate tenant/t config[0]: parameters.network: {wanted}" in output
+    assert f"ResourceClaim tenant/c config[0]: parameters.network: {wanted}" in output
+    assert "2 of 4 parameter set(s) valid" in output
+    refused = prepare_refuses(a, allocated_claim("a.dracni.io", attach(network="storage")))
+    assert refused is not None and '"storage" is not a network of the DeviceClass' in refused
+    code, output = validate(write(tmp_path, a, b, allocated_claim("b.dracni.io", attach(network="storage"))))
+    assert code == 0, output
+
+
+def test_a_claim_naming_no_network_is_checked_against_its_class_default(tmp_path: Path) -> None:
+    """No ``network``: the class's last network applies, as in prepare; its knobs are checked against it."""
+    pinned = attach(runtimeConfig={"ips": ["10.20.0.5/24"]})
+    static = named_class("static.dracni.io", STATIC)
+    code, output = validate(write(tmp_path, static, allocated_claim("static.dracni.io", pinned)))
+    assert code == 1, output
+    assert 'parameters.runtimeConfig.ips: network "static-lan" defines no address ranges' in output
+    assert "(rule networkRanges: " in output
+    refused = prepare_refuses(static, allocated_claim("static.dracni.io", pinned))
+    assert refused is not None and "(rule networkRanges: " in refused
+    two = named_class("two.dracni.io", CLASS_NETWORK, STORAGE)  # the last one is the default
+    code, output = validate(write(tmp_path, two, allocated_claim("two.dracni.io", pinned)))
+    assert code == 0, output
+    accepted = prepare_refuses(two, allocated_claim("two.dracni.io", pinned)) or ""
+    assert "runtimeConfig" not in accepted and "device n/d" in accepted  # only the node's binding is left
+    outside = attach(runtimeConfig={"ips": ["10.10.1.5/24"]})  # in macvlan-eth1, not in the default
+    code, output = validate(write(tmp_path, two, allocated_claim("two.dracni.io", outside)))
+    assert code == 1 and "(rule networkRanges: " in output, output
+    assert prepare_refuses(two, allocated_claim("two.dracni.io", outside)) is not None
+
+
+def test_a_full_claim_config_cannot_replace_its_class_network(tmp_path: Path) -> None:
+    own = attach(config=plugin("macvlan", master="uplink0"))
+    code, output = validate(
+        write(tmp_path, named_class("a.dracni.io", CLASS_NETWORK), allocated_claim("a.dracni.io", own)),
+        "--claim-configs=full",
+    )
+    assert code == 1 and "(rule classPrecedence: " in output, output

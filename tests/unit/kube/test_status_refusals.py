@@ -173,3 +173,39 @@ def test_a_refused_record_stays_pending_and_is_published_once_granted(fake, sink
     assert state.pending_outbox() == []
     devices = fake.get_claim("default", "spread")["status"]["devices"]
     assert devices[0]["networkData"]["ips"] == ["10.0.0.5/24"]
+
+
+def test_a_refused_entry_never_drops_the_claims_other_entries(fake, sink, tmp_path):
+    """The server refuses one entry (a device the claim no longer has: "must be an allocated device
+    in the claim", validation.go ``validateDeviceStatus``): the claim's other entries are published,
+    the refused one is left out, and the drain names it instead of dropping the claim's status."""
+    fake.authorizer = Rules(SHIPPED)
+    ref = allocated(fake, "two", ONE_NODE)
+    state = StateDir(str(tmp_path / "state"))
+    state.ensure()
+
+    def fact(device: str, address: str) -> dict:
+        return {
+            "request": "net",
+            "pool": NODE,
+            "device": device,
+            "shareID": None,
+            "ifName": f"net-{device}",
+            "ready": True,
+            "result": {"cniVersion": "1.1.0", "ips": [{"address": address}]},
+            "error": None,
+            "containerID": "c0ffee",
+            "podUID": "pod-uid-1",
+            "updatedAt": "2026-11-21T05:00:00Z",
+        }
+
+    facts.update_outbox(
+        state, {**ref, "driver": DRIVER}, lambda devices: [fact("eth0", "10.0.0.4/24"), fact("eth1", "10.0.0.5/24")]
+    )
+    report = drain_outbox(state, sink, driver=DRIVER)
+    assert report.published == 1 and not report.dropped and not report.failed
+    assert "eth0 left out: " in report.refused[ref["uid"]]
+    assert "must be an allocated device in the claim" in report.refused[ref["uid"]]
+    (published,) = fake.get_claim("default", "two")["status"]["devices"]
+    assert published["device"] == "eth1" and published["networkData"]["ips"] == ["10.0.0.5/24"]
+    assert state.pending_outbox() == []

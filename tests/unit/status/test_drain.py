@@ -402,3 +402,59 @@ def test_annotations_add_conditions_and_a_retryable_one_keeps_the_record_pending
     assert list(report.failed) == ["claim-uid-1"]
     assert [c["type"] for c in sink.calls[-1][2][0]["conditions"]] == ["Ready"]  # the status still went out
     assert [r["claim"]["uid"] for r in state.pending_outbox()] == ["claim-uid-1"]
+
+
+def test_an_entry_refused_alone_becomes_a_marker_and_the_others_are_published(state):
+    """A 422 for one entry's content (here: the server finds eth1's data too large) is retried per
+    entry: eth1 as a marker (Ready reason StatusRefused, the server's words, no data), eth0 and
+    eth2 as they are; the claim is published, not dropped."""
+
+    class Refusing:
+        def __init__(self):
+            self.calls: list[list[dict]] = []
+
+        def apply(self, claim, driver, devices):
+            self.calls.append(devices)
+            if any(d["device"] == "eth1" and "data" in d for d in devices):
+                raise SinkError("status.devices[1].data: Too long: may not be more than 10240 bytes", refused=True)
+
+    facts.update_outbox(state, claim(1), add(fact("eth0"), fact("eth1"), fact("eth2")))
+    sink = Refusing()
+    report = drain_outbox(state, sink, driver=DRIVER)
+    assert report.published == 1 and not report.dropped and not report.failed
+    assert report.refused["claim-uid-1"].startswith(
+        "node-1/eth1 replaced by a marker: status.devices[1].data: Too long"
+    )
+    final = sink.calls[-1]
+    assert [d["device"] for d in final] == ["eth0", "eth1", "eth2"]
+    assert "data" in final[0] and "data" in final[2] and "data" not in final[1] and "networkData" not in final[1]
+    (ready,) = final[1]["conditions"]
+    assert ready["type"] == "Ready" and ready["status"] == "True" and ready["reason"] == "StatusRefused"
+    assert ready["message"].startswith("the API server refused this entry's status: status.devices[1].data")
+    assert state.pending_outbox() == []
+
+
+def test_a_refusal_of_every_entry_leaves_none_and_a_lost_server_keeps_the_record_pending(state):
+    class Sink:
+        def __init__(self, refuse_all: bool):
+            self.refuse_all, self.calls = refuse_all, []
+
+        def apply(self, claim, driver, devices):
+            self.calls.append(devices)
+            if devices and self.refuse_all:
+                raise SinkError("not allocated", refused=True)
+            if len(self.calls) > 1 and not self.refuse_all:
+                raise SinkError("connection refused")  # retryable
+            if not self.refuse_all:
+                raise SinkError("one is bad", refused=True)
+
+    facts.update_outbox(state, claim(1), add(fact("eth0"), fact("eth1")))
+    sink = Sink(refuse_all=True)
+    report = drain_outbox(state, sink, driver=DRIVER)
+    assert sink.calls[-1] == []  # the old entries are replaced by none
+    assert "node-1/eth0 left out: not allocated" in report.refused["claim-uid-1"]
+    assert report.published == 1 and not report.dropped
+    facts.update_outbox(state, claim(1), add(fact("eth2")))
+    report = drain_outbox(state, Sink(refuse_all=False), driver=DRIVER)
+    assert list(report.failed) == ["claim-uid-1"] and not report.refused and report.published == 0
+    assert [r["claim"]["uid"] for r in state.pending_outbox()] == ["claim-uid-1"]

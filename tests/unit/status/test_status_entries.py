@@ -519,3 +519,36 @@ def test_upsert_and_retract_keep_other_pods_attachments() -> None:
     facts = retract_facts(facts, "c0ffee", [fact(ready=False, detached=True, result=None)])
     assert [(f["containerID"], f.get("detached")) for f in facts] == [("c0ffee", True)]
     assert upsert_facts(facts, [pod_b_fact()]) == [pod_b_fact()]  # the next pod supersedes it
+
+
+def test_data_is_measured_as_the_api_server_encodes_it():
+    """Go's json.Marshal (apimachinery converter.go fromUnstructured) escapes ``<`` as ``\\u003c``:
+    a 9,000-character DNS domain of ``<`` is ~9 KB to orjson and 54,000+ bytes to the server."""
+    from dracni.apirules.gojson import go_json_size
+
+    domain = {"domain": "<" * 9000}
+    assert _size(domain) == 9000 + 13
+    assert go_json_size(domain) == 6 * 9000 + 13
+    assert go_json_size({"a": "&>\u2028é", "n": [1.0, 1.5e-7, 1e21, 0.000001]}) == len(
+        b'{"a":"\\u0026\\u003e\\u2028\xc3\xa9","n":[1,1.5e-7,1e+21,0.000001]}'
+    )
+    assert validate_device_status(valid_entry(data={"dns": domain})) == [
+        "status.devices[0].data: Too long: may not be more than 10240 bytes"
+    ]
+    result = macvlan_result()
+    result["dns"] = domain
+    entry = device_status_entry(fact(result=result), driver=DRIVER)
+    assert "dns" not in entry["data"] and entry["data"]["routes"] == result["routes"]
+    assert entry["conditions"][0]["reason"] == "NetworkInterfaceReady"
+
+
+def test_an_oversized_result_leaves_data_out_with_a_reason_saying_why():
+    result = macvlan_result()
+    result["interfaces"][1]["pciID"] = "<" * 2000  # 2 KB to orjson, 12 KB to the API server
+    entry = device_status_entry(fact(result=result), driver=DRIVER)
+    assert "data" not in entry
+    (ready,) = entry["conditions"]
+    assert ready["status"] == "True" and ready["reason"] == "NetworkInterfaceReadyResultTooLarge"
+    assert "bytes as the API server encodes it) does not fit the 10240-byte limit" in ready["message"]
+    assert ready["message"].startswith("net1 configured; data left out: ")
+    assert validate_device_status(entry, ALLOCATED) == []
