@@ -36,6 +36,8 @@ RULES = {
     "one claim (no shareID) can be moved",
     "networkRanges": "addresses a claim picks must lie within the address ranges of the network's IPAM "
     "and, on a network with an address pool, be addresses the pool hands out",
+    "ifNameCharacters": "an interface name is printable ASCII without whitespace, quotes, backslash, '/', ':' "
+    "or '%', so that ip, JSON tools and terminals show it as it is and the kernel creates it under that name",
     "addressPools": "only the administrator defines address pools (addressPool in a DeviceClass config); "
     "a claim's addresses come from its class's pool, reserved for it across the cluster",
 }
