@@ -28,6 +28,18 @@ API_VERSION_CNI_DRA = "cni.networking.x-k8s.io/v1alpha1"
 _NETWORK_NAME = re.compile(r"\A[a-zA-Z0-9][a-zA-Z0-9_.\-]*\Z")
 _PLAIN_KEY = re.compile(r"\A[A-Za-z_][A-Za-z0-9_\-]*\Z")
 _IFNAMSIZ = 15  # bytes, without the terminating NUL
+#: A character of an interface name that Linux tools mishandle: anything but printable ASCII
+#: (control characters such as ESC reach terminals raw through ``ip`` and ``dracni inspect``,
+#: and break ``ip -j``'s JSON), quotes and backslash (quoting in scripts and JSON tools), '/'
+#: and ':' (the kernel's own dev_valid_name refuses them) and '%' (the kernel reads a name
+#: holding "%d" as a pattern and picks a free number: the interface gets another name).
+_IF_NAME_UNSAFE = re.compile(r"[^\x21-\x7e]|[\"'`\\%/:]")
+#: Why: the same text as dracni.policy.rules.RULES["ifNameCharacters"] (a test holds them equal;
+#: this module sits below the policy and cannot import it).
+IF_NAME_CHARACTERS = (
+    "an interface name is printable ASCII without whitespace, quotes, backslash, '/', ':' or '%', "
+    "so that ip, JSON tools and terminals show it as it is and the kernel creates it under that name"
+)
 _VALUE_LIMIT = 80
 
 #: How deep the opaque parameters may nest (objects and arrays).  A real config needs fewer
@@ -73,6 +85,7 @@ def validate_parameters(params: object, *, where: str = "parameters") -> DeviceP
     if not isinstance(params, dict):
         raise ParameterError(where, f"must be a JSON object, not {_json_type(params)}")
     _check_depth(params, where)
+    check_encodable(params, where)
     params = _decode_config(params, where)
     _check_schema(params, where)
     raw = params.get("config")
@@ -86,6 +99,12 @@ def validate_parameters(params: object, *, where: str = "parameters") -> DeviceP
     if_name = params.get("ifName")
     if if_name is not None and len(if_name.encode()) > _IFNAMSIZ:
         raise ParameterError(f"{where}.ifName", f"{_show(if_name)} is longer than {_IFNAMSIZ} bytes")
+    if if_name is not None and (bad := _IF_NAME_UNSAFE.search(if_name)):
+        raise ParameterError(
+            f"{where}.ifName",
+            f"{_show(if_name, ascii_only=True)} holds a character Linux tools mishandle,"
+            f" {_show(bad.group(), ascii_only=True)} (rule ifNameCharacters: {IF_NAME_CHARACTERS})",
+        )
     out: DeviceParameters = {
         "ifName": if_name,
         "config": config,
@@ -121,6 +140,7 @@ def _decode_config(params: dict[str, Any], where: str) -> dict[str, Any]:
             f"the JSON string holds {_json_type(decoded)}, not a conflist or plugin config object",
         )
     _check_depth(decoded, f"{where}.config", base=1)
+    check_encodable(decoded, f"{where}.config")
     return {**params, "config": decoded}
 
 
@@ -144,6 +164,36 @@ def nesting_depth(value: object, stop_after: int) -> int:
             return deepest
         stack.extend((child, depth) for child in children)
     return deepest
+
+
+def check_encodable(value: object, where: str) -> None:
+    """Refuse a string (key or value, at any depth) that cannot be written as UTF-8 text: a lone
+    surrogate (JSON's "\\ud800" decodes to one) or a NUL.  Checked where the parameters enter,
+    so that nothing later (the schema's messages, the stored record, a plugin's stdin) meets one.
+    Without recursion; the caller has bounded the depth.
+    """
+    stack: list[tuple[object, list[str | int]]] = [(value, [])]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if isinstance(key, str) and (problem := _unencodable(key)):
+                    raise ParameterError(_format_path(where, path), f"the key {_show(key, ascii_only=True)} {problem}")
+                stack.append((child, [*path, key]))
+        elif isinstance(item, list):
+            stack.extend((child, [*path, i]) for i, child in enumerate(item))
+        elif isinstance(item, str) and (problem := _unencodable(item)):
+            raise ParameterError(_format_path(where, path), f"{_show(item, ascii_only=True)} {problem}")
+
+
+def _unencodable(text: str) -> str | None:
+    if "\0" in text:
+        return "holds a NUL character"
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return "holds a lone surrogate: not valid Unicode text"
+    return None
 
 
 def _check_depth(value: object, field: str, base: int = 0) -> None:
@@ -260,10 +310,10 @@ def _format_path(where: str, parts: Iterable[str | int]) -> str:
     return out
 
 
-def _show(value: object) -> str:
-    """A value as JSON, shortened for messages."""
+def _show(value: object, *, ascii_only: bool = False) -> str:
+    """A value as JSON, shortened for messages; ``ascii_only`` escapes all but printable ASCII."""
     try:
-        text = json.dumps(value, ensure_ascii=False)
+        text = json.dumps(value, ensure_ascii=ascii_only)
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= _VALUE_LIMIT else text[: _VALUE_LIMIT - 3] + "..."

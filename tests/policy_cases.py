@@ -117,6 +117,23 @@ CASES = [
     PolicyCase("bad-network-name", attach(network="no spaces"), ("parameters.network", "schema")),
     PolicyCase("bad-ifname", attach(ifName="net/1"), ("parameters.ifName", "schema")),
     PolicyCase("long-ifname", attach(ifName="a-very-long-name0"), ("parameters.ifName", "schema")),
+    PolicyCase("ifname-escape", attach(ifName="net\x1b[7m"), ("parameters.ifName", "ifNameCharacters")),
+    PolicyCase("ifname-percent", attach(ifName="net%d"), ("parameters.ifName", "ifNameCharacters")),
+    PolicyCase("ifname-quote", attach(ifName='net"1'), ("parameters.ifName", "ifNameCharacters")),
+    PolicyCase("ifname-backslash", attach(ifName="net\\1"), ("parameters.ifName", "ifNameCharacters")),
+    PolicyCase("ifname-non-ascii", attach(ifName="netë"), ("parameters.ifName", "ifNameCharacters")),
+    PolicyCase(
+        "ifname-cni-form-delete",
+        {
+            "apiVersion": CNI_DRA,
+            "kind": "CNI",
+            "ifName": "net\x7f",
+            "config": {"name": "own", "plugins": [plugin("macvlan", mode="bridge", ipam=HOST_LOCAL)]},
+        },
+        ("parameters.ifName", "ifNameCharacters"),
+        mode="full",
+    ),
+    PolicyCase("ifname-punctuation", attach(ifName="net-1_a.b@c+"), None),
     PolicyCase("unknown-field", attach(ifname="net1"), ("parameters.ifname", "schema")),
     PolicyCase(
         "bad-api-version", {"apiVersion": "v1", "kind": "NetworkAttachment"}, ("parameters.apiVersion", "schema")

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dracni import jsonio
 from dracni.claims.resolve import ClaimError, resolve_claim
 from dracni.claims.sticky import IpamClaimGetter, pin_addresses
 from dracni.kubelet.driver import PrepareResult
@@ -112,7 +113,16 @@ def store_prepared(state: StateDir, resolved: list[Resolved]) -> dict[str, Prepa
     Re-preparing an unchanged claim leaves its record untouched (``preparedAt`` included).
     """
     outcomes = {r.key: r.outcome for r in resolved}
-    records = [r.record for r in resolved if r.record is not None]
+    records = []
+    for r in resolved:
+        if r.record is None:
+            continue
+        problem = _unwritable(r.record)
+        if problem:  # fails alone: the batch's other records are written as usual
+            log.error("claim %s: cannot record the prepared claim: %s", r.key, problem)
+            outcomes[r.key] = PrepareResult(error=f"cannot record the prepared claim: {problem}")
+        else:
+            records.append(r.record)
     if not records:
         return outcomes
     try:
@@ -149,6 +159,20 @@ def unprepare_claims(state: StateDir, uids: list[str]) -> dict[str, str | None]:
     except StateError as exc:
         return {uid: str(exc) for uid in uids}
     return dict.fromkeys(uids)
+
+
+def _unwritable(record: PreparedClaim) -> str | None:
+    """Why ``record`` cannot be stored as JSON text, or None.  The parameters are checked where
+    they enter (``params.check_encodable``); this guards whatever else reaches a record (a
+    claim's names, a resolver's bug), so that one such record fails its claim alone instead
+    of raising out of the batch's single write."""
+    try:
+        jsonio.dumps(record, pretty=True)
+    except UnicodeEncodeError as exc:
+        return f"it holds text that is not valid Unicode ({exc.reason} at {exc.start})"
+    except (TypeError, ValueError, RecursionError) as exc:
+        return f"it cannot be written as JSON ({type(exc).__name__}: {exc})"
+    return None
 
 
 def _same_record(old: PreparedClaim | None, new: PreparedClaim) -> bool:

@@ -44,6 +44,8 @@ RULES = {
     "and, on a network with an address pool, be addresses the pool hands out",
     "addressOwnership": "an address a claim picks is never one the segment's infrastructure owns: the "
     "network and broadcast addresses, the network's gateway",
+    "ifNameCharacters": "an interface name is printable ASCII without whitespace, quotes, backslash, '/', ':' "
+    "or '%', so that ip, JSON tools and terminals show it as it is and the kernel creates it under that name",
     "addressPools": "only the administrator defines address pools (addressPool in a DeviceClass config); "
     "a claim's addresses come from its class's pool, reserved for it across the cluster",
 }

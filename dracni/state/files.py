@@ -210,11 +210,15 @@ class RecordFiles:
         see ``write_atomic`` (a batch syncs every directory it touches)."""
         assert self._lock is not None and self._lock.is_mine(), "state writes must hold the state lock"
         record["schema"] = SCHEMA_VERSION
+        try:
+            data = jsonio.dumps(record, pretty=True)
+        except (TypeError, ValueError) as exc:  # e.g. a lone surrogate: a StateError, never a crash
+            raise StateError(f"cannot write {path}: the record is not JSON text ({exc})") from None
         if self._pending is not None:
-            self._pending[path] = jsonio.dumps(record, pretty=True)
+            self._pending[path] = data
             return
         try:
-            write_atomic(path, jsonio.dumps(record, pretty=True), FILE_MODE, sync_dir=sync_dir)
+            write_atomic(path, data, FILE_MODE, sync_dir=sync_dir)
         except OSError as exc:
             raise StateError(f"cannot write {path}: {exc.strerror}") from exc
 

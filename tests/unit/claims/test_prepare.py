@@ -265,3 +265,63 @@ def test_prepare_cli_answers_a_malformed_uid_without_a_traceback(tmp_path: Path)
     assert result.exit_code == 1, result.output
     assert "claim a/b: error: malformed claim UID 'a/b'" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_text_that_is_not_unicode_fails_its_claim_alone(state: StateDir) -> None:
+    surrogate = make_claim("mac", "uid-mac", runtimeConfig={"mac": "02:00:00:00:00:\ud800"})
+    escape = make_claim("esc", "uid-esc", pod_uid="pod-3", ifName="net\x1b[7m")
+    outcomes = prepare(state, [surrogate, make_claim("c1", "uid-1"), escape])
+    assert outcomes["uid-1"].error is None
+    assert "parameters.runtimeConfig.mac: " in outcomes["uid-mac"].error
+    assert "lone surrogate" in outcomes["uid-mac"].error
+    assert "parameters.ifName: " in outcomes["uid-esc"].error
+    assert "(rule ifNameCharacters: " in outcomes["uid-esc"].error
+    assert [c["uid"] for c in state.list_claims()] == ["uid-1"]
+
+
+def test_a_record_that_cannot_be_written_fails_its_claim_alone(state: StateDir) -> None:
+    """Behind the parameters' check: whatever else reaches a record unencodable (here a claim
+    name) fails that claim, and the batch's other records are written."""
+    from dracni.claims.prepare import store_prepared
+
+    resolver = Resolver(state=state, driver=DRIVER)
+    good = resolver.resolve(make_claim("c1", "uid-1"))
+    bad = resolver.resolve(make_claim("c2", "uid-2", pod_uid="pod-2"))
+    assert bad.record is not None
+    bad.record["name"] = "c\ud800"
+    outcomes = store_prepared(state, [bad, good])
+    assert outcomes["uid-1"].error is None
+    assert outcomes["uid-2"].error.startswith(
+        "cannot record the prepared claim: it holds text that is not valid Unicode"
+    )
+    outcomes["uid-2"].error.encode("ascii")
+    assert [c["uid"] for c in state.list_claims()] == ["uid-1"]
+
+
+def test_the_state_dir_refuses_an_unencodable_record_with_a_state_error(state: StateDir) -> None:
+    from dracni.state.store import StateError
+
+    record = Resolver(state=state, driver=DRIVER).resolve(make_claim("c1", "uid-1")).record
+    assert record is not None
+    record["namespace"] = "\udc80"
+    with pytest.raises(StateError, match="is not JSON text"):
+        state.put_claims([record])
+    assert state.list_claims() == []
+
+
+def test_prepare_cli_prepares_the_good_claim_beside_an_unencodable_one(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from dracni.cli import main as cli
+
+    (tmp_path / "claims").mkdir()
+    bad = make_claim("bad", "uid-bad", runtimeConfig={"mac": "\ud800"})
+    (tmp_path / "claims" / "a.json").write_text(json.dumps(bad))  # "\ud800", as JSON writes it
+    (tmp_path / "claims" / "b.json").write_text(json.dumps(make_claim("good", "uid-good")))
+    result = CliRunner().invoke(cli, ["prepare", str(tmp_path / "claims"), f"--state-dir={tmp_path / 'state'}"])
+    assert result.exit_code == 1, result.output
+    assert "claim uid-good: prepared net=node1/eth0" in result.output
+    assert "claim uid-bad: error: " in result.output and "parameters.runtimeConfig.mac: " in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
