@@ -36,6 +36,9 @@ RULES = {
     "one claim (no shareID) can be moved",
     "networkRanges": "addresses a claim picks must lie within the address ranges of the network's IPAM "
     "and, on a network with an address pool, be addresses the pool hands out",
+    "macOwnership": "a claim's MAC is unicast and locally administered, so it never takes the identity of "
+    "a NIC on the segment; the administrator allows vendor prefixes per network with allowedMACPrefixes in "
+    "the DeviceClass config, and dracni's ADD refuses the parent's MAC and other attachments' MACs on it",
     "addressPools": "only the administrator defines address pools (addressPool in a DeviceClass config); "
     "a claim's addresses come from its class's pool, reserved for it across the cluster",
 }
