@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from dracni.macaddr import canonical_mac, mac_problem, parse_prefix
-from dracni.params import DeviceParameters, ParameterError
+from dracni.params import DeviceParameters
 
 from .rules import refuse
 
@@ -33,9 +33,10 @@ def check_mac(value: Any, network: DeviceParameters | None, field: str) -> str:
     network would take it)."""
     mac = canonical_mac(value)
     if mac is None:
-        raise ParameterError(
+        raise refuse(
             field,
             f"{_show(value)} is not a 6-byte MAC address (e.g. 02:00:00:00:00:01, 02-00-00-00-00-01 or 0200.0000.0001)",
+            "macOwnership",
         )
     prefixes = prefixes_of(network)
     problem = mac_problem(mac, prefixes)
