@@ -28,9 +28,9 @@ def prefixes_of(network: DeviceParameters | None) -> list[str]:
     return [p for p in (parse_prefix(text) for text in raw or []) if p is not None]
 
 
-def check_mac(value: Any, network: DeviceParameters | None, field: str) -> str:
+def check_mac(value: Any, network: DeviceParameters | None, field: str, *, any_prefix: bool = False) -> str:
     """``value`` in canonical form, or the refusal naming ``field`` (and the knob, when a wider
-    network would take it)."""
+    network would take it).  ``any_prefix``: the network is unknown, judge what no knob widens."""
     mac = canonical_mac(value)
     if mac is None:
         raise refuse(
@@ -38,7 +38,7 @@ def check_mac(value: Any, network: DeviceParameters | None, field: str) -> str:
             f"{_show(value)} is not a 6-byte MAC address (e.g. 02:00:00:00:00:01, 02-00-00-00-00-01 or 0200.0000.0001)",
             "macOwnership",
         )
-    prefixes = prefixes_of(network)
+    prefixes = [""] if any_prefix else prefixes_of(network)
     problem = mac_problem(mac, prefixes)
     if problem is None:
         return mac
@@ -49,9 +49,10 @@ def check_mac(value: Any, network: DeviceParameters | None, field: str) -> str:
 
 
 def check_mac_form(params: DeviceParameters, where: str) -> None:
-    """The form of a profile claim's ``runtimeConfig.mac`` (its bits need the network's knob)."""
-    if MAC_KEY in params["runtimeConfig"] and canonical_mac(params["runtimeConfig"][MAC_KEY]) is None:
-        check_mac(params["runtimeConfig"][MAC_KEY], None, f"{where}.runtimeConfig.{MAC_KEY}")
+    """A profile claim's ``runtimeConfig.mac`` as far as no network's knob matters: its form, and
+    unicast (whether a globally administered one is allowed is the network's ``allowedMACPrefixes``)."""
+    if MAC_KEY in params["runtimeConfig"]:
+        check_mac(params["runtimeConfig"][MAC_KEY], None, f"{where}.runtimeConfig.{MAC_KEY}", any_prefix=True)
 
 
 def check_no_mac_prefixes(params: DeviceParameters, where: str) -> None:
