@@ -64,6 +64,7 @@ class DeviceParameters(TypedDict):
     persistentIPs: bool
     ipamClaim: str | None
     addressPool: NotRequired[dict[str, Any]]  # only when the parameters name a pool
+    allowedMACPrefixes: NotRequired[list[str]]  # only when given: vendor MAC prefixes tenants may use
 
 
 class ParameterError(ValueError):
@@ -117,6 +118,8 @@ def validate_parameters(params: object, *, where: str = "parameters") -> DeviceP
     }
     if params.get("addressPool") is not None:
         out["addressPool"] = copy.deepcopy(params["addressPool"])
+    if params.get("allowedMACPrefixes") is not None:
+        out["allowedMACPrefixes"] = list(params["allowedMACPrefixes"])
     return out
 
 

@@ -66,6 +66,34 @@ CASES = [
         "profile-mac-and-ips",
         attach(network="macvlan-eth1", runtimeConfig={"mac": "02:00:00:00:00:01", "ips": ["10.10.1.5/24"]}),
     ),
+    PolicyCase("profile-mac-dashes", attach(network="macvlan-eth1", runtimeConfig={"mac": "02-00-00-00-00-0A"})),
+    PolicyCase("profile-mac-dotted", attach(runtimeConfig={"mac": "0200.0000.000a"})),
+    PolicyCase(
+        "profile-mac-multicast",
+        attach(runtimeConfig={"mac": "01:00:5e:00:00:01"}),
+        ("parameters.runtimeConfig.mac", "macOwnership"),
+    ),
+    PolicyCase(
+        "profile-mac-not-a-mac",
+        attach(runtimeConfig={"mac": "02:00:00:00:00"}),
+        ("parameters.runtimeConfig.mac", "macOwnership"),
+    ),
+    PolicyCase(
+        "profile-mac-not-a-string",
+        attach(runtimeConfig={"mac": 2}),
+        ("parameters.runtimeConfig.mac", "macOwnership"),
+    ),
+    PolicyCase(
+        "profile-mac-vendor",  # the class may allow its prefix (allowedMACPrefixes): the node's to judge
+        attach(runtimeConfig={"mac": "00-16-3E-00-00-01"}),
+        ("parameters.runtimeConfig.mac", "macOwnership"),
+        node_only=True,
+    ),
+    PolicyCase(
+        "profile-own-mac-prefixes",
+        attach(allowedMACPrefixes=["00:16:3e"]),
+        ("parameters.allowedMACPrefixes", "macOwnership"),
+    ),
     PolicyCase("profile-sticky", attach(persistentIPs=True, ipamClaim="net-ips")),
     PolicyCase(
         "profile-own-address-pool",
@@ -139,6 +167,37 @@ CASES = [
         "bad-api-version", {"apiVersion": "v1", "kind": "NetworkAttachment"}, ("parameters.apiVersion", "schema")
     ),
     # -- full claim configs, opted into by the administrator --------------------------------
+    PolicyCase(
+        "full-mac-local",
+        attach(
+            config=plugin("macvlan", mac="0200.0000.0005", ipam=HOST_LOCAL), runtimeConfig={"mac": "06:00:00:00:00:05"}
+        ),
+        mode="full",
+    ),
+    PolicyCase(
+        "full-runtime-mac-vendor",
+        attach(config=plugin("macvlan", ipam=HOST_LOCAL), runtimeConfig={"mac": "00-11-22-33-44-55"}),
+        ("parameters.runtimeConfig.mac", "macOwnership"),
+        mode="full",
+    ),
+    PolicyCase(
+        "full-plugin-mac-vendor",
+        attach(config=plugin("macvlan", mac="0011.2233.4455", ipam=HOST_LOCAL)),
+        ("parameters.config.mac", "macOwnership"),
+        mode="full",
+    ),
+    PolicyCase(
+        "full-conflist-mac-multicast",
+        attach(
+            config={
+                "cniVersion": "1.0.0",
+                "name": "own",
+                "plugins": [{"type": "macvlan", "ipam": HOST_LOCAL}, {"type": "tuning", "mac": "33:33:00:00:00:01"}],
+            }
+        ),
+        ("parameters.config.plugins[1].mac", "macOwnership"),
+        mode="full",
+    ),
     PolicyCase(
         "full-macvlan", attach(ifName="net1", config=plugin("macvlan", mode="bridge", ipam=HOST_LOCAL)), mode="full"
     ),

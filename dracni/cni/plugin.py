@@ -75,7 +75,7 @@ class MetaPlugin:
         failure: CNIError | None = None
         for dev in record["devices"]:
             try:
-                self._add_device(dev)
+                self._add_device(dev, record)
             except CNIError as exc:
                 where = f"claim {dev['claim']['namespace']}/{dev['claim']['name']} request {dev['request']}"
                 failure = CNIError(exc.code, f"{where} ({dev['ifName']}): {exc.msg}", exc.details)
@@ -168,7 +168,10 @@ class MetaPlugin:
         except BadRecord as exc:  # only a newer one: an unreadable one was quarantined
             raise self._newer_record(record["containerID"], exc) from None
 
-    def _add_device(self, dev: AttachedDevice) -> None:
+    def _add_device(self, dev: AttachedDevice, record: Attachment) -> None:
+        from .macguard import check_device
+
+        check_device(self.state, record, dev)
         dev["result"] = add_chain(self.runner, dev["delegates"], self._runtime(dev["ifName"]))
         if dev.get("requestedIPs"):
             self._check_pinned(dev)

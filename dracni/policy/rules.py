@@ -46,6 +46,9 @@ RULES = {
     "network and broadcast addresses, the network's gateway",
     "ifNameCharacters": "an interface name is printable ASCII without whitespace, quotes, backslash, '/', ':' "
     "or '%', so that ip, JSON tools and terminals show it as it is and the kernel creates it under that name",
+    "macOwnership": "a claim's MAC is unicast and locally administered, so it never takes the identity of "
+    "a NIC on the segment; the administrator allows vendor prefixes per network with allowedMACPrefixes in "
+    "the DeviceClass config, and dracni's ADD refuses the parent's MAC and other attachments' MACs on it",
     "addressPools": "only the administrator defines address pools (addressPool in a DeviceClass config); "
     "a claim's addresses come from its class's pool, reserved for it across the cluster",
 }

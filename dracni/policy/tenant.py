@@ -16,6 +16,7 @@ from typing import Any
 from dracni.params import DeviceParameters, ParameterError
 
 from .config import FULL, MAIN_PLUGIN_TYPES, SELF_TYPE, TenantPolicy
+from .macs import check_claim_macs, check_mac, check_mac_form, check_no_mac_prefixes
 from .rules import refuse
 
 #: Keys that name a path or socket of the node, wherever they appear in a plugin config.
@@ -78,6 +79,7 @@ def check_claim_config(params: DeviceParameters, policy: TenantPolicy, where: st
     if policy.claim_configs != FULL:
         raise refuse(f"{where}.config", "a claim config may not define its own network", "claimConfigs")
     _check_no_pool(params, where)
+    check_no_mac_prefixes(params, where)
     check_any_source(params, where)
     for index, plugin in enumerate(config["plugins"]):
         field = plugin_field(where, index, params["single"])
@@ -112,6 +114,7 @@ def check_claim_config(params: DeviceParameters, policy: TenantPolicy, where: st
     _check_runtime_keys(params, allowed_runtime, where)
     if params["capabilities"].get(PORT_MAPPINGS) and not policy.port_mappings:
         raise refuse(f"{where}.capabilities.{PORT_MAPPINGS}", "reaches the node's ports", "runtimeKeys")
+    check_claim_macs(params, where)
 
 
 def manage_ipam_data(config: dict[str, Any], data_dir: str) -> None:
@@ -129,6 +132,8 @@ def check_profile_knobs(params: DeviceParameters, where: str) -> None:
     """A claim that chooses a network may set only per-attachment fields."""
     _check_runtime_keys(params, PROFILE_RUNTIME_KEYS, where)
     _check_no_pool(params, where)
+    check_no_mac_prefixes(params, where)
+    check_mac_form(params, where)
     if params["capabilities"]:
         raise refuse(f"{where}.capabilities", "a claim choosing a network cannot enable capabilities", "claimConfigs")
 
@@ -148,6 +153,8 @@ def apply_profile(network: DeviceParameters, knobs: DeviceParameters, where: str
             )
         if key == "ips":
             _check_in_ranges(value, network, f"{where}.runtimeConfig.ips")
+        if key == "mac":
+            knobs["runtimeConfig"]["mac"] = check_mac(value, network, f"{where}.runtimeConfig.mac")
     merged: DeviceParameters = {
         **copy.deepcopy(network),
         "runtimeConfig": {**copy.deepcopy(network["runtimeConfig"]), **copy.deepcopy(knobs["runtimeConfig"])},
