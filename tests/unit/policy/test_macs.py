@@ -95,9 +95,14 @@ def test_profile_mac_must_be_unicast_and_local(mac: str, says: str) -> None:
 
 def test_profile_mac_that_is_not_a_mac_names_the_field() -> None:
     with pytest.raises(ClaimError) as exc:
-        resolve(claim(from_class(CLASS_NETWORK), knobs_mac("\ud800")))
+        resolve(claim(from_class(CLASS_NETWORK), knobs_mac("02:00:00:00:zz:01")))
     assert exc.value.field == "parameters.runtimeConfig.mac"
     assert "not a 6-byte MAC address" in str(exc.value)
+    # text that is not Unicode at all is refused where it enters, before any MAC rule
+    with pytest.raises(ClaimError) as exc:
+        resolve(claim(from_class(CLASS_NETWORK), knobs_mac("\ud800")))
+    assert exc.value.field == "parameters.runtimeConfig.mac"
+    assert "lone surrogate" in str(exc.value)
 
 
 def test_the_administrator_allows_a_vendor_prefix_per_network() -> None:
