@@ -183,12 +183,8 @@ class MetaPlugin:
 
         returned = result_addresses(dev["result"])
         if missing_addresses(dev["requestedIPs"], returned):
-            if dev.get("ipamClaim"):
-                source = f"IPAMClaim {dev['ipamClaim']}"
-            elif dev.get("persistentIPs"):
-                source = "the claim's status"
-            else:
-                source = "the claim's reservation"
+            kept = "the claim's status" if dev.get("persistentIPs") else "the claim's reservation"
+            source = f"IPAMClaim {dev['ipamClaim']}" if dev.get("ipamClaim") else kept
             raise CNIError(
                 E.DELEGATE_FAILED,
                 f"IPAM returned {', '.join(returned) or 'no address'} but {source} keeps "
