@@ -18,6 +18,7 @@ All of it happens at prepare time, in the service: the CNI plugin only reads the
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import logging
 import threading
@@ -111,7 +112,7 @@ class PoolAddresses:
             return got
         got, by_pod = [], {}
         for pod in record["pods"]:
-            holder = Holder(**{**base.__dict__, "pod_uid": pod["uid"], "pod_name": pod["name"]})
+            holder = dataclasses.replace(base, pod_uid=pod["uid"], pod_name=pod["name"])
             mine = [self._free(pool, family, holder) for family in pool.families]
             by_pod[pod["uid"]] = [pool.cidr(r.ip) for r in mine]
             got += mine

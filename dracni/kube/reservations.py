@@ -4,11 +4,14 @@ HTTP statuses."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ..pools.allocator import StoreError, Taken
 from ..pools.reservations import NODE_LABEL
 from .api import ApiError, KubeApi
+
+log = logging.getLogger(__name__)
 
 
 class ApiReservations:
@@ -72,10 +75,6 @@ class NodeUid:
         if uid:
             self._uid = str(uid)
         elif not self._missing_logged:
-            import logging
-
-            logging.getLogger(__name__).warning(
-                "Node %s not found: address reservations get no owner (not deleted with the node)", self.node
-            )
+            log.warning("Node %s not found: address reservations get no owner (not deleted with the node)", self.node)
             self._missing_logged = True
         return self._uid

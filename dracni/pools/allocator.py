@@ -187,15 +187,16 @@ class PoolAllocator:
             got = self._try_create(pool, ip, holder)
             if got is not None:
                 return got
-            current = self._get(name)
-            if current is None:
+            obj = self._get_object(name)
+            current = parse_reservation(obj) if obj is not None else None
+            if obj is None or current is None:
                 continue  # released in between: create again
             if current.holder.claim_uid != holder.claim_uid:
                 raise AllocationError(
                     f"address {ip} of pool {pool.name} is reserved for claim {current.holder.label()} "
                     f"(on node {current.node or '?'}); choose another address or delete that claim"
                 )
-            return self._adopt(current)
+            return self._adopt(current, obj)
         raise AllocationError(f"address {ip} of pool {pool.name}: its reservation keeps changing; retrying later")
 
     # -- release ---------------------------------------------------------------------------------
@@ -247,15 +248,12 @@ class PoolAllocator:
             )
         return self._remember(created)
 
-    def _adopt(self, current: Reservation) -> Reservation:
-        """The claim's own reservation, made on another node (or lost from the ledger): ours now."""
+    def _adopt(self, current: Reservation, obj: dict[str, Any]) -> Reservation:
+        """The claim's own reservation (``obj`` as read), made on another node (or lost from the
+        ledger): ours now.  The update carries ``obj``'s resourceVersion: a change meanwhile is a
+        conflict, never overwritten."""
         if current.node == self.node:
             return self._remember(current)
-        obj = self.store.get(current.name)
-        if obj is None:
-            raise AllocationError(
-                f"address {current.address} of pool {current.pool}: its reservation went away; retrying later"
-            )
         try:
             moved = parse_reservation(self.store.replace(current.name, moved_to(obj, self.node, self.node_uid())))
         except StoreError as exc:
@@ -273,18 +271,18 @@ class PoolAllocator:
         )
         return self._remember(moved)
 
-    def _get(self, name: str) -> Reservation | None:
+    def _get_object(self, name: str) -> dict[str, Any] | None:
         try:
-            obj = self.store.get(name)
+            return self.store.get(name)
         except StoreError as exc:
             raise AllocationError(f"cannot read reservation {name}: {exc}") from None
-        return parse_reservation(obj) if obj is not None else None
 
     def _get_quietly(self, name: str) -> Reservation | None:
         try:
-            return self._get(name)
+            obj = self._get_object(name)
         except AllocationError:
             return None
+        return parse_reservation(obj) if obj is not None else None
 
     def _remember(self, r: Reservation) -> Reservation:
         with self._lock:
