@@ -169,7 +169,7 @@ class MetaPlugin:
             raise self._newer_record(record["containerID"], exc) from None
 
     def _add_device(self, dev: AttachedDevice, record: Attachment) -> None:
-        from .macguard import check_device
+        from .identity import check_device
 
         check_device(self.state, record, dev)
         dev["result"] = add_chain(self.runner, dev["delegates"], self._runtime(dev["ifName"]))

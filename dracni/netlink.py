@@ -1,0 +1,226 @@
+"""What the node's kernel knows about a link's segment: its addresses, neighbours and FDB entries.
+
+A minimal rtnetlink dump reader, hand-written on ``_socket`` and ``struct`` because the CNI
+plugin's ADD reads it (the identity check of ``dracni.cni.identity``): pyroute2 costs tens of
+milliseconds of imports on every pod start, and the hot path imports only C modules (see
+``tests/unit/test_hot_path_imports.py``; the service's link database, ``inventory/links.py``,
+keeps pyroute2).  The message layouts follow the kernel's uapi headers:
+
+- ``linux/netlink.h``: ``struct nlmsghdr`` (len u32, type u16, flags u16, seq u32, pid u32),
+  ``NLM_F_REQUEST``/``NLM_F_DUMP``, ``NLMSG_DONE``/``NLMSG_ERROR``, 4-byte alignment;
+- ``linux/rtnetlink.h``: ``struct rtattr`` (len u16, type u16), ``RTM_GETADDR``/``RTM_GETNEIGH``;
+- ``linux/if_addr.h``: ``struct ifaddrmsg`` (family, prefixlen, flags, scope u8; index u32),
+  ``IFA_ADDRESS``/``IFA_LOCAL``;
+- ``linux/neighbour.h``: ``struct ndmsg`` (family u8, pad u8, pad u16, ifindex s32, state u16,
+  flags u8, type u8), ``NDA_DST``/``NDA_LLADDR``/``NDA_MASTER``, the ``NUD_*`` states.
+
+Every function filters by interface index and answers an empty list when the kernel cannot be
+asked (no netlink, EPERM, an interrupted dump): a reader for checks that add refusals, never
+a new way for ADD to fail.  Records are ``__slots__`` classes (``typing.NamedTuple`` would
+import ``typing`` on the hot path).
+"""
+
+from __future__ import annotations
+
+import _socket
+import struct
+
+AF_NETLINK = 16
+NETLINK_ROUTE = 0
+AF_BRIDGE = 7  # linux/socket.h PF_BRIDGE: a neighbour dump of this family lists bridge FDB entries
+NLM_F_REQUEST = 0x01
+NLM_F_DUMP = 0x300  # NLM_F_ROOT | NLM_F_MATCH
+NLMSG_ERROR = 2
+NLMSG_DONE = 3
+RTM_NEWADDR, RTM_GETADDR = 20, 22
+RTM_NEWNEIGH, RTM_GETNEIGH = 28, 30
+IFA_ADDRESS, IFA_LOCAL = 1, 2
+NDA_DST, NDA_LLADDR, NDA_MASTER = 1, 2, 9
+NUD_INCOMPLETE, NUD_FAILED, NUD_NOARP = 0x01, 0x20, 0x40
+NLMSGHDR = struct.Struct("=IHHII")
+IFADDRMSG = struct.Struct("=BBBBI")
+NDMSG = struct.Struct("=BBHiHBB")
+RTATTR = struct.Struct("=HH")
+TIMEOUT = 2.0  # seconds: a dump of one node's tables answers in well under that
+
+
+class _Record:
+    """Equality, ordering-free hashing and a readable repr from ``__slots__``."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"{type(self).__name__}({fields})"
+
+
+class Address(_Record):
+    """One of a link's addresses (``ip``: its text form, without prefix)."""
+
+    __slots__ = ("ip", "prefixlen", "ifindex")
+
+    def __init__(self, ip: str, prefixlen: int, ifindex: int) -> None:
+        self.ip, self.prefixlen, self.ifindex = ip, prefixlen, ifindex
+
+
+class Neighbour(_Record):
+    """A neighbour table entry (IPv4 ARP or IPv6 ND) with its link-layer address."""
+
+    __slots__ = ("ip", "mac", "ifindex", "state")
+
+    def __init__(self, ip: str, mac: str, ifindex: int, state: int) -> None:
+        self.ip, self.mac, self.ifindex, self.state = ip, mac, ifindex, state
+
+
+class FdbEntry(_Record):
+    """A forwarding database entry: ``mac`` reached through port ``ifindex`` (of bridge ``master``,
+    0 for a device's own entries, as ``bridge fdb show dev X`` lists its unicast/multicast list)."""
+
+    __slots__ = ("mac", "ifindex", "master")
+
+    def __init__(self, mac: str, ifindex: int, master: int) -> None:
+        self.mac, self.ifindex, self.master = mac, ifindex, master
+
+
+def _mac(raw: bytes) -> str:
+    """Lowercase hex pairs joined by colons (``dracni.macaddr``'s canonical form; the base
+    layer imports no other dracni module)."""
+    return ":".join(f"{b:02x}" for b in raw)
+
+
+def link_index(name: str) -> int | None:
+    """The index of link ``name`` in this network namespace, None when there is none."""
+    try:
+        return int(_socket.if_nametoindex(name))
+    except (OSError, ValueError, UnicodeError):
+        return None
+
+
+def addresses(ifindex: int) -> list[Address]:
+    """The IPv4 and IPv6 addresses of link ``ifindex`` (IFA_LOCAL, else IFA_ADDRESS: they differ
+    only on point-to-point links, where IFA_ADDRESS is the peer's)."""
+    out = []
+    for body in _dump(RTM_GETADDR, IFADDRMSG.pack(_socket.AF_UNSPEC, 0, 0, 0, 0), RTM_NEWADDR):
+        if len(body) < IFADDRMSG.size:
+            continue
+        family, prefixlen, _, _, index = IFADDRMSG.unpack_from(body)
+        attrs = _attributes(body, IFADDRMSG.size)
+        raw = attrs.get(IFA_LOCAL) or attrs.get(IFA_ADDRESS)
+        ip = _ip_text(family, raw)
+        if index == ifindex and ip is not None:
+            out.append(Address(ip, prefixlen, index))
+    return out
+
+
+def neighbours(ifindex: int) -> list[Neighbour]:
+    """Link ``ifindex``'s IPv4 and IPv6 neighbours that have a link-layer address (an entry still
+    resolving or failed has none worth trusting; a NOARP entry may have none at all)."""
+    out = []
+    for ndm, attrs in _neighbour_dump(_socket.AF_UNSPEC):
+        family, _, _, index, state, _, _ = ndm
+        if index != ifindex or state & (NUD_INCOMPLETE | NUD_FAILED):
+            continue
+        ip = _ip_text(family, attrs.get(NDA_DST))
+        lladdr = attrs.get(NDA_LLADDR)
+        mac = _mac(lladdr) if lladdr is not None and len(lladdr) == 6 else None
+        if ip is None or mac is None or (state & NUD_NOARP and mac == "00:00:00:00:00:00"):
+            continue
+        out.append(Neighbour(ip, mac, index, state))
+    return out
+
+
+def fdb(ifindex: int) -> list[FdbEntry]:
+    """The FDB entries of link ``ifindex``: those learned or set on it as a bridge port, its own
+    (``self``) entries, and, for a bridge, those of every one of its ports (NDA_MASTER)."""
+    out = []
+    for ndm, attrs in _neighbour_dump(AF_BRIDGE):
+        index = ndm[3]
+        raw_master = attrs.get(NDA_MASTER)
+        master = struct.unpack("=I", raw_master[:4])[0] if raw_master and len(raw_master) >= 4 else 0
+        lladdr = attrs.get(NDA_LLADDR)
+        if ifindex not in (index, master) or lladdr is None or len(lladdr) != 6:
+            continue
+        out.append(FdbEntry(_mac(lladdr), index, master))
+    return out
+
+
+def _neighbour_dump(family: int) -> list[tuple[tuple[int, ...], dict[int, bytes]]]:
+    out = []
+    for body in _dump(RTM_GETNEIGH, NDMSG.pack(family, 0, 0, 0, 0, 0, 0), RTM_NEWNEIGH):
+        if len(body) >= NDMSG.size:
+            out.append((NDMSG.unpack_from(body), _attributes(body, NDMSG.size)))
+    return out
+
+
+def _ip_text(family: int, raw: bytes | None) -> str | None:
+    want = {_socket.AF_INET: 4, _socket.AF_INET6: 16}.get(family)
+    if raw is None or want is None or len(raw) != want:
+        return None
+    return str(_socket.inet_ntop(family, raw))
+
+
+def _align(n: int) -> int:
+    return (n + 3) & ~3
+
+
+def _attributes(body: bytes, start: int) -> dict[int, bytes]:
+    """The rtattrs after a message's fixed header (type -> payload; nested flag bits cleared)."""
+    attrs: dict[int, bytes] = {}
+    pos = start
+    while pos + RTATTR.size <= len(body):
+        length, kind = RTATTR.unpack_from(body, pos)
+        if length < RTATTR.size or pos + length > len(body):
+            break
+        attrs.setdefault(kind & 0x3FFF, body[pos + RTATTR.size : pos + length])
+        pos += _align(length)
+    return attrs
+
+
+def _dump(request: int, header: bytes, answer: int) -> list[bytes]:
+    """The bodies of the ``answer`` messages of one NLM_F_DUMP request; [] on any failure."""
+    try:
+        sock = _socket.socket(AF_NETLINK, _socket.SOCK_RAW | _socket.SOCK_CLOEXEC, NETLINK_ROUTE)
+    except (OSError, AttributeError):
+        return []
+    try:
+        sock.settimeout(TIMEOUT)
+        sock.bind((0, 0))
+        seq = 1
+        sock.sendto(
+            NLMSGHDR.pack(NLMSGHDR.size + len(header), request, NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + header, (0, 0)
+        )
+        return _read_dump(sock, seq, answer)
+    except OSError:
+        return []
+    finally:
+        sock.close()
+
+
+def _read_dump(sock: _socket.socket, seq: int, answer: int) -> list[bytes]:
+    bodies: list[bytes] = []
+    while True:
+        data = sock.recv(1 << 16)
+        if not data:
+            return []
+        pos = 0
+        while pos + NLMSGHDR.size <= len(data):
+            length, kind, _, msg_seq, _ = NLMSGHDR.unpack_from(data, pos)
+            if length < NLMSGHDR.size or pos + length > len(data):
+                return []
+            if msg_seq == seq:
+                if kind == NLMSG_DONE:
+                    return bodies
+                if kind == NLMSG_ERROR:
+                    return []  # e.g. EPERM, or a dump interrupted by a change: nothing to trust
+                if kind == answer:
+                    bodies.append(data[pos + NLMSGHDR.size : pos + length])
+            pos += _align(length)
