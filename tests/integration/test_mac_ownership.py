@@ -97,3 +97,17 @@ def test_another_attachments_mac_on_the_parent_is_refused_at_add(lab, pod_uid):
     lab.prepare(tenant_claim("second", other_pod, with_mac("02-00-00-00-BB-01", "data2"), network=class_macvlan(lab)))
     refused_at_add(lab, other_pod, "is the MAC of container")
     lab.cnitool("del", first, pod_uid=pod_uid)
+
+
+def test_an_ipv6_neighbours_mac_is_refused_at_add(lab, pod_uid):
+    lab.host.exec(
+        "ip", "-6", "neigh", "add", "fd10::77", "lladdr", "02:00:00:00:66:77", "dev", "eth1", "nud", "permanent"
+    )
+    lab.prepare(tenant_claim("nd", pod_uid, with_mac("02-00-00-00-66-77"), network=class_macvlan(lab)))
+    refused_at_add(lab, pod_uid, "runtimeConfig.mac: 02:00:00:00:66:77 is the MAC of neighbour fd10::77 on parent eth1")
+
+
+def test_an_fdb_entry_of_the_parent_is_refused_at_add(lab, pod_uid):
+    lab.host.exec("bridge", "fdb", "add", "02:00:00:00:fd:01", "dev", "eth1", "self", "permanent")
+    lab.prepare(tenant_claim("fdb", pod_uid, with_mac("02:00:00:00:FD:01"), network=class_macvlan(lab)))
+    refused_at_add(lab, pod_uid, "runtimeConfig.mac: 02:00:00:00:fd:01 is an FDB entry of parent eth1")
