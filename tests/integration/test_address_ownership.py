@@ -12,6 +12,7 @@ import pytest
 
 from tests.harness import Lab
 from tests.integration.service import create_allocated_claim, macvlan_params, new_pod_uid
+from tests.integration.test_mac_ownership import refused_at_add as refused
 from tests.integration.test_sticky_ips import net1_address, ready_entry, run_pod, stop_pod
 from tests.integration.test_tenant_safety import choose, class_macvlan, tenant_claim
 
@@ -30,16 +31,8 @@ def pinned(address: str) -> dict:
 
 
 def refused_at_add(lab: Lab, pod_uid: str, why: str) -> str:
-    """ADD fails naming the rule and ``why``; the pod keeps no interface of the claim."""
-    pod = lab.pod()
-    proc = lab.cnitool("add", pod, pod_uid=pod_uid, check=False)
-    answer = (proc.stdout + proc.stderr).decode()
-    assert proc.returncode != 0, answer
-    assert "rule addressOwnership" in answer and why in answer, answer
-    assert "data1" not in pod.links()
-    lab.cnitool("del", pod, pod_uid=pod_uid)
-    print(f"refused at ADD: {answer.strip()}")
-    return answer
+    """ADD fails naming rule addressOwnership and ``why``; the pod keeps no interface of the claim."""
+    return refused(lab, pod_uid, why, rule="addressOwnership")
 
 
 def test_the_nodes_own_address_on_the_parent_is_refused_at_add(segment, pod_uid):

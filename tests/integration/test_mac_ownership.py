@@ -70,13 +70,13 @@ def test_the_class_allows_a_vendor_prefix(lab, pod_uid):
     lab.cnitool("del", pod, pod_uid=pod_uid)
 
 
-def refused_at_add(lab: Lab, pod_uid: str, why: str) -> str:
-    """ADD fails naming the rule and ``why``; the pod keeps no interface of the claim."""
+def refused_at_add(lab: Lab, pod_uid: str, why: str, rule: str = "macOwnership") -> str:
+    """ADD fails naming ``rule`` and ``why``; the pod keeps no interface of the claim."""
     pod = lab.pod()
     proc = lab.cnitool("add", pod, pod_uid=pod_uid, check=False)
     answer = (proc.stdout + proc.stderr).decode()
     assert proc.returncode != 0, answer
-    assert "rule macOwnership" in answer and why in answer, answer
+    assert f"rule {rule}" in answer and why in answer, answer
     assert "data1" not in pod.links() and "data2" not in pod.links()
     lab.cnitool("del", pod, pod_uid=pod_uid)
     print(f"refused at ADD: {answer.strip()}")
