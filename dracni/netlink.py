@@ -30,6 +30,7 @@ NETLINK_ROUTE = 0
 AF_BRIDGE = 7  # linux/socket.h PF_BRIDGE: a neighbour dump of this family lists bridge FDB entries
 NLM_F_REQUEST = 0x01
 NLM_F_DUMP = 0x300  # NLM_F_ROOT | NLM_F_MATCH
+NLM_F_DUMP_INTR = 0x10  # the table changed during the dump: its parts may not agree
 NLMSG_ERROR = 2
 NLMSG_DONE = 3
 RTM_NEWADDR, RTM_GETADDR = 20, 22
@@ -213,8 +214,8 @@ def _read_dump(sock: _socket.socket, seq: int, answer: int) -> list[bytes]:
             return []
         pos = 0
         while pos + NLMSGHDR.size <= len(data):
-            length, kind, _, msg_seq, _ = NLMSGHDR.unpack_from(data, pos)
-            if length < NLMSGHDR.size or pos + length > len(data):
+            length, kind, flags, msg_seq, _ = NLMSGHDR.unpack_from(data, pos)
+            if length < NLMSGHDR.size or pos + length > len(data) or flags & NLM_F_DUMP_INTR:
                 return []
             if msg_seq == seq:
                 if kind == NLMSG_DONE:
