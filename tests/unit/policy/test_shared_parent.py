@@ -148,3 +148,24 @@ def test_a_free_address_in_range_is_still_granted():
 
     apply_profile(class_network(WITH_GATEWAY), choose("10.10.1.1/24"), "parameters")  # .1 is no gateway here
     apply_profile(class_network(HOST_LOCAL), choose("10.10.1.7/24"), "parameters")
+
+
+# -- a tenant's own VLAN (rule sharedParent; which IDs are free is ADD's, dracni/cni/vlanguard.py) -----
+
+
+@pytest.mark.parametrize("vid", [0, 4095, -1, "100", True])
+def test_a_vlan_id_outside_1_to_4094_is_refused(vid):
+    with pytest.raises(ParameterError) as caught:
+        bind(own({"type": "vlan", "vlanId": vid}))
+    assert caught.value.field == "parameters.config.plugins[0].vlanId"
+    assert f"{vid!r} is no VLAN ID of 1..4094" in caught.value.reason
+    assert "(rule sharedParent: " in caught.value.reason
+
+
+def test_on_a_shared_nic_a_vlan_names_its_id():
+    with pytest.raises(ParameterError) as caught:
+        bind(own({"type": "vlan"}), sharing="shared")
+    assert caught.value.field == "parameters.config.plugins[0].vlanId"
+    assert "needs a vlanId of 1..4094" in caught.value.reason
+    bind(own({"type": "vlan", "vlanId": 100}), sharing="shared")
+    bind(own({"type": "vlan", "vlanId": 4094}), shared=True)
