@@ -35,7 +35,7 @@ def wanted_vlans(delegates: list[Delegate]) -> list[tuple[int, str, int]]:
     out = []
     for index, delegate in enumerate(delegates):
         conf = delegate["config"]
-        if conf.get("type") != "vlan" or conf.get("linkInContainer"):
+        if (delegate.get("type") or conf.get("type")) != "vlan" or conf.get("linkInContainer"):
             continue
         master, vid = conf.get("master"), conf.get("vlanId")
         if isinstance(master, str) and master and isinstance(vid, int) and not isinstance(vid, bool):
