@@ -64,6 +64,10 @@ def plugin(kind: str, **fields: Any) -> dict[str, Any]:
     return {"cniVersion": "1.0.0", "name": "own", "type": kind, **fields}
 
 
+def conflist(*plugins: dict[str, Any]) -> dict[str, Any]:
+    return {"cniVersion": "1.0.0", "name": "own", "plugins": list(plugins)}
+
+
 CASES = [
     # -- profiles (the default): a network of the class, chosen by name ---------------------
     PolicyCase("profile-class-default", attach(ifName="net1")),
@@ -401,14 +405,10 @@ CASES = [
     PolicyCase(
         "full-sysctl-in-a-conflist",
         attach(
-            config={
-                "cniVersion": "1.0.0",
-                "name": "own",
-                "plugins": [
-                    {"type": "macvlan", "ipam": HOST_LOCAL},
-                    {"type": "tuning", "sysctl": {"net.ipv6.conf.net1.accept_ra": "2"}},
-                ],
-            }
+            config=conflist(
+                {"type": "macvlan", "ipam": HOST_LOCAL},
+                {"type": "tuning", "sysctl": {"net.ipv6.conf.net1.accept_ra": "2"}},
+            )
         ),
         ('parameters.config.plugins[1].sysctl["net.ipv6.conf.net1.accept_ra"]', "sysctls"),
         mode="full",

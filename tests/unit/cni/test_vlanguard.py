@@ -16,42 +16,16 @@ from dracni.cni import vlanguard
 from dracni.cni.errors import INVALID_CONFIG, CNIError
 from dracni.state.store import StateDir
 from tests.harness import REPO
+from tests.unit.cni.test_macguard import attachment
+from tests.unit.cni.test_macguard import device as macvlan_device
 
 
 def device(ifname: str, vid: int, master: str = "eth1", **extra: Any) -> dict[str, Any]:
+    """A device record (test_macguard's) whose one delegate is a vlan on ``master``."""
+    dev = macvlan_device(ifname, None, master)
     conf: dict[str, Any] = {"type": "vlan", "name": "n", "master": master, "vlanId": vid, **extra}
-    return {
-        "claim": {"uid": "u", "namespace": "t", "name": "c"},
-        "request": "net",
-        "pool": "p",
-        "device": master,
-        "shareID": None,
-        "ifName": ifname,
-        "driver": "dracni.io",
-        "delegates": [{"type": "vlan", "cniVersion": "1.0.0", "config": conf, "added": False, "result": None}],
-        "result": None,
-        "error": None,
-        "persistentIPs": False,
-        "ipamClaim": None,
-        "requestedIPs": [],
-    }
-
-
-def attachment(container: str, *devices: dict[str, Any], state: str = "ready") -> dict[str, Any]:
-    return {
-        "kind": "Attachment",
-        "network": "cbr0",
-        "containerID": container,
-        "ifName": "eth0",
-        "netns": "/var/run/netns/x",
-        "cniArgs": "",
-        "cniVersion": "1.0.0",
-        "pod": {"uid": "pod", "namespace": "t", "name": "p"},
-        "state": state,
-        "error": None,
-        "updatedAt": "2026-01-01T00:00:00Z",
-        "devices": list(devices),
-    }
+    dev["delegates"] = [{"type": "vlan", "cniVersion": "1.0.0", "config": conf, "added": False, "result": None}]
+    return dev
 
 
 @pytest.fixture
