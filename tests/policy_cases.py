@@ -48,6 +48,7 @@ class PolicyCase:
     mode: str = "profiles"  # the policy's claimConfigs
     node_only: bool = False
     extra_types: tuple[str, ...] = field(default=())  # pluginTypes the administrator added
+    allowed_sysctls: tuple[str, ...] = field(default=())  # allowedSysctls the administrator set
 
 
 def attach(**fields: Any) -> dict[str, Any]:
@@ -375,3 +376,8 @@ CASES = [
         mode="full",
     ),
 ]
+
+# The identity cases (issue 22) stand in their own module, built on the helpers above.
+from tests.policy_cases_identity import IDENTITY_CASES  # noqa: E402
+
+CASES += IDENTITY_CASES

@@ -170,8 +170,10 @@ class MetaPlugin:
 
     def _add_device(self, dev: AttachedDevice, record: Attachment) -> None:
         from .identity import check_device
+        from .vlanguard import check_vlans
 
         check_device(self.state, record, dev)
+        check_vlans(self.state, record, dev)
         dev["result"] = add_chain(self.runner, dev["delegates"], self._runtime(dev["ifName"]))
         if dev.get("requestedIPs"):
             self._check_pinned(dev)

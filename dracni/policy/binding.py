@@ -121,15 +121,27 @@ def _whole_nic(kind: str, share_id: bool, facts: DeviceFacts | None, field: str,
 #:   tenant's ipvlan (whose plugin always sends a mode, l2 by default) can switch every other
 #:   ipvlan attachment on the parent between l2, l3 and l3s;
 #: - tuning ``promisc`` / ``allmulti`` on a macvlan or ipvlan child: the kernel raises the
-#:   parent's promiscuity / allmulti counters with the child's (``macvlan_change_rx_flags``).
+#:   parent's promiscuity / allmulti counters with the child's (``macvlan_change_rx_flags``);
+#: - vlan without a ``vlanId`` of 1..4094: the kernel allows one VLAN device per ID on a parent
+#:   (``vlan_check_real_dev``), so which IDs are free is checked at ADD (dracni/cni/vlanguard.py);
+#:   here the ID must be one a VLAN can have (0 is priority tagging, 4095 reserved).
 PARENT_FLAGS = ("promisc", "allmulti")
+VLAN_IDS = range(1, 4095)
 
 
 def _shared_parent(
     plugin: dict[str, Any], shared: bool, known: Callable[[], DeviceFacts | None], field: str, label: str
 ) -> None:
     kind = plugin["type"]
-    if kind not in ("macvlan", "ipvlan", "tuning"):
+    vid = plugin.get("vlanId", 1)
+    if kind == "vlan" and (not isinstance(vid, int) or isinstance(vid, bool) or vid not in VLAN_IDS):
+        raise refuse(
+            f"{field}.vlanId",
+            f"{vid!r} is no VLAN ID of 1..4094 (0 is priority tagging, 4095 reserved); dracni's ADD also refuses "
+            f"an ID the node or another attachment uses on the parent of {label}",
+            "sharedParent",
+        )
+    if kind not in ("macvlan", "ipvlan", "tuning", "vlan"):
         return
     facts = known()
     if not shared and (facts is None or facts.sharing == "exclusive"):
@@ -143,6 +155,10 @@ def _shared_parent(
             f"the kernel keeps one ipvlan mode per parent: an ipvlan of the claim's own on {label} ({how}) would "
             "set it for every ipvlan attachment there; use the administrator's ipvlan network",
             "sharedParent",
+        )
+    if kind == "vlan" and plugin.get("vlanId") is None:
+        raise refuse(
+            f"{field}.vlanId", f"a VLAN on the parent of {label} ({how}) needs a vlanId of 1..4094", "sharedParent"
         )
     if kind == "tuning":
         for flag in PARENT_FLAGS:

@@ -36,7 +36,8 @@ RULES = {
     "one claim (no shareID) can be moved",
     "sharedParent": "on a NIC other claims share (a shareID, or offered as shared or slots), a claim's own "
     "config may not change what the kernel keeps per parent: no macvlan passthru, no ipvlan of its own "
-    "(one mode per parent), no tuning promisc or allmulti",
+    "(one mode per parent), no tuning promisc or allmulti, and a vlan only with a vlanId of 1..4094 that the "
+    "node or another attachment does not use on that parent (the kernel allows one VLAN device per ID)",
     "sysctls": "a claim config's tuning sysctls are limited to Kubernetes' safe set (the sysctls "
     "PodSecurity's baseline profile allows a pod); the administrator allows more, key by key "
     "(allowedSysctls in the policy)",

@@ -105,6 +105,7 @@ def check_claim_config(params: DeviceParameters, policy: TenantPolicy, where: st
                 raise refuse(f"{path}.{key}", f'"{twins[0]}" is the same key in another letter case', "keyCase")
         if plugin["type"] == "tuning":
             _check_sysctls(plugin.get("sysctl"), policy, f"{field}.sysctl")
+        _check_static_addresses(plugin, params, f"{field}.ipam.addresses")
         capabilities = plugin.get("capabilities", {})
         if not isinstance(capabilities, dict):
             raise ParameterError(f"{field}.capabilities", "must be an object of capability name -> true/false")
@@ -260,6 +261,24 @@ def _check_in_ranges(ips: Any, network: DeviceParameters, field: str) -> None:
             raise refuse(f"{field}[{index}]", f'{_show(text)} is outside network "{name}" ({ranges})', "networkRanges")
         _check_not_infrastructure(address, network, f"{field}[{index}]")
         _check_in_pool(address.ip, network, f"{field}[{index}]")
+
+
+def _check_static_addresses(plugin: dict[str, Any], params: DeviceParameters, field: str) -> None:
+    """A tenant's static IPAM hands out only what its subnet owns: never the subnet's network or
+    (IPv4) broadcast address, nor a gateway its config names (static IPAM assigns whatever it is
+    told, and the gateway's ARP entry would then point to the pod).  A text the plugin cannot
+    parse is the plugin's to refuse."""
+    ipam = plugin.get("ipam")
+    if not isinstance(ipam, dict) or ipam.get("type") != "static" or not isinstance(ipam.get("addresses"), list):
+        return
+    for index, entry in enumerate(ipam["addresses"]):
+        text = entry.get("address") if isinstance(entry, dict) else None
+        try:
+            address = ipaddress.ip_interface(text) if isinstance(text, str) else None
+        except ValueError:
+            address = None
+        if address is not None:
+            _check_not_infrastructure(address, params, f"{field}[{index}].address")
 
 
 # -- helpers -----------------------------------------------------------------------------------------------

@@ -124,13 +124,15 @@ WRAP = {
 
 
 def policy_configmap(
-    mode: str = "profiles", extra_types: tuple[str, ...] = (), **data: str
+    mode: str = "profiles", extra_types: tuple[str, ...] = (), sysctls: tuple[str, ...] = (), **data: str
 ) -> dict[tuple[str, str], dict[str, Any]]:
-    """The ConfigMap dracni-policy: the case's mode, the shipped (default) type lists + extras."""
+    """The ConfigMap dracni-policy: the case's mode, the shipped (default) type lists + extras,
+    the sysctls allowed beyond the safe set."""
     settings = {
         "claimConfigs": mode,
         "pluginTypes": ",".join(sorted(shipped_types("pluginTypes") | set(extra_types))),
         "ipamTypes": ",".join(sorted(shipped_types("ipamTypes"))),
+        "allowedSysctls": ",".join(sysctls),
         **data,
     }
     configmap = {
@@ -183,7 +185,7 @@ def test_manifests_parse_and_refer_to_each_other() -> None:
     assert binding["spec"]["validationActions"] == ["Deny"]
     configmap = shipped_configmap()
     assert (configmap["metadata"]["name"], configmap["metadata"]["namespace"]) == ("dracni-policy", NAMESPACE)
-    assert set(configmap["data"]) == {"claimConfigs", "pluginTypes", "ipamTypes"}
+    assert set(configmap["data"]) == {"claimConfigs", "pluginTypes", "ipamTypes", "allowedSysctls"}
     assert all(isinstance(v, str) for v in configmap["data"].values()), "ConfigMap data are strings"
     names = [v["name"] for v in spec["variables"]]
     assert len(names) == len(set(names))
@@ -303,7 +305,9 @@ def case_ids(case: PolicyCase) -> str:
 @pytest.mark.parametrize("case", CASES, ids=case_ids)
 def test_policy_case(admission: AdmissionPolicy, case: PolicyCase, kind: str) -> None:
     wrap, where = WRAP[kind]
-    decision = admission.admit(wrap(opaque(case.params)), configmaps=policy_configmap(case.mode, case.extra_types))
+    decision = admission.admit(
+        wrap(opaque(case.params)), configmaps=policy_configmap(case.mode, case.extra_types, case.allowed_sysctls)
+    )
     if case.refused is None or case.node_only:
         assert decision.allowed, decision.message
         assert decision.evaluated
@@ -375,7 +379,7 @@ def cel_cpp_decision(obj: dict[str, Any], params: Any) -> tuple[bool, str]:
 
 def test_cel_cpp_gives_the_same_answers(admission: AdmissionPolicy) -> None:
     for case in CASES:
-        configmaps = policy_configmap(case.mode, case.extra_types)
+        configmaps = policy_configmap(case.mode, case.extra_types, case.allowed_sysctls)
         (params,) = configmaps.values()
         obj = claim(opaque(case.params))
         allowed, message = cel_cpp_decision(obj, params)
@@ -683,7 +687,12 @@ def test_the_cel_keeps_the_node_engines_lists(admission: AdmissionPolicy) -> Non
         config["KEY_CLAIM_CONFIGS"],
         config["KEY_PLUGIN_TYPES"],
         config["KEY_IPAM_TYPES"],
+        config["KEY_ALLOWED_SYSCTLS"],
     }
+    assert shipped_configmap()["data"]["allowedSysctls"] == "" and policy_variable(admission, "allowedSysctls") == ""
+    # Kubernetes' safe sysctls, as patterns taking '/' or '.' between the parts of a name.
+    patterns = policy_variable(admission, "safeSysctls")
+    assert patterns == sorted("^" + name.replace(".", "[./]") + "$" for name in config["SAFE_SYSCTLS"])
     # The fixed lists.
     assert set(policy_variable(admission, "mainPlugins")) == set(config["MAIN_PLUGIN_TYPES"])
     assert config["SELF_TYPE"] == "dracni"

@@ -11,7 +11,7 @@ import pytest
 
 from dracni.claims.resolve import ClaimError, resolve_claim
 from dracni.policy.binding import DeviceFacts
-from dracni.policy.config import DEFAULT_PLUGIN_TYPES, PolicyError, TenantPolicy, load_policy
+from dracni.policy.config import DEFAULT_PLUGIN_TYPES, SAFE_SYSCTLS, PolicyError, TenantPolicy, load_policy
 from dracni.policy.rules import RULES
 from tests.policy_cases import CASES, CLASS_NETWORK, HOST_LOCAL, PolicyCase, attach, plugin
 
@@ -66,7 +66,11 @@ def case_claim(case: PolicyCase) -> dict:
 
 
 def case_policy(case: PolicyCase) -> TenantPolicy:
-    return TenantPolicy(claim_configs=case.mode, plugin_types=DEFAULT_PLUGIN_TYPES | set(case.extra_types))
+    return TenantPolicy(
+        claim_configs=case.mode,
+        plugin_types=DEFAULT_PLUGIN_TYPES | set(case.extra_types),
+        sysctls=SAFE_SYSCTLS | set(case.allowed_sysctls),
+    )
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)

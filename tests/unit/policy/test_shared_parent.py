@@ -148,3 +148,51 @@ def test_a_free_address_in_range_is_still_granted():
 
     apply_profile(class_network(WITH_GATEWAY), choose("10.10.1.1/24"), "parameters")  # .1 is no gateway here
     apply_profile(class_network(HOST_LOCAL), choose("10.10.1.7/24"), "parameters")
+
+
+# -- a tenant's own VLAN (rule sharedParent; which IDs are free is ADD's, dracni/cni/vlanguard.py) -----
+
+
+@pytest.mark.parametrize("vid", [0, 4095, -1, "100", True])
+def test_a_vlan_id_outside_1_to_4094_is_refused(vid):
+    with pytest.raises(ParameterError) as caught:
+        bind(own({"type": "vlan", "vlanId": vid}))
+    assert caught.value.field == "parameters.config.plugins[0].vlanId"
+    assert f"{vid!r} is no VLAN ID of 1..4094" in caught.value.reason
+    assert "(rule sharedParent: " in caught.value.reason
+
+
+def test_on_a_shared_nic_a_vlan_names_its_id():
+    with pytest.raises(ParameterError) as caught:
+        bind(own({"type": "vlan"}), sharing="shared")
+    assert caught.value.field == "parameters.config.plugins[0].vlanId"
+    assert "needs a vlanId of 1..4094" in caught.value.reason
+    bind(own({"type": "vlan", "vlanId": 100}), sharing="shared")
+    bind(own({"type": "vlan", "vlanId": 4094}), shared=True)
+
+
+# -- a claim's own static IPAM (rule addressOwnership) ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("address", "index", "what"),
+    [
+        ("10.20.0.0/24", 0, "10.20.0.0 is the network address of 10.20.0.0/24"),
+        ("10.20.0.255/24", 0, "10.20.0.255 is the broadcast address of 10.20.0.0/24"),
+        ("10.20.0.9/24", 0, "10.20.0.9 is the network's gateway"),
+        ("10.20.0.10/24", 0, "10.20.0.10 is the network's gateway"),
+        ("fd00::/64", 0, "fd00:: is the network address of fd00::/64"),
+    ],
+)
+def test_a_claim_s_own_static_ipam_never_hands_out_the_infrastructure_s_addresses(address, index, what):
+    ipam = {**STATIC, "addresses": [{"address": address, "gateway": "10.20.0.9"}]}
+    with pytest.raises(ParameterError) as caught:
+        check_claim_config(own({"type": "macvlan", "ipam": ipam}), FULL, "parameters")
+    assert caught.value.field == f"parameters.config.plugins[0].ipam.addresses[{index}].address"
+    assert what in caught.value.reason and "(rule addressOwnership: " in caught.value.reason
+
+
+def test_a_claim_s_own_static_ipam_may_use_a_free_address():
+    check_claim_config(own({"type": "macvlan", "ipam": STATIC}), FULL, "parameters")
+    ipv6 = {"type": "static", "addresses": [{"address": "fd00::ff/64"}]}  # IPv6 has no broadcast address
+    check_claim_config(own({"type": "macvlan", "ipam": ipv6}), FULL, "parameters")
