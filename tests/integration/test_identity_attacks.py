@@ -265,3 +265,25 @@ def test_the_segment_knows_everyone_by_their_own_identity(seg):
     for address, tenant_mac in TENANTS.values():
         assert state["gateway neighbours"][address] == tenant_mac
         assert state["fdb"][tenant_mac] == "eth1p"
+
+
+def test_the_snapshot_sees_a_theft(seg):
+    """The control for every refusal above: a macvlan made by hand on the parent with the other
+    host's MAC (what the attacks would have got) moves that MAC to the node's port and puts a
+    new address on it in the gateway's table; the segment is then given back its own view."""
+    before = snapshot(seg)
+    thief = seg.lab.pod("dracni-thief")
+    try:
+        seg.lab.host.exec("ip", "link", "add", "thief", "link", "eth1", "type", "macvlan", "mode", "bridge")
+        seg.lab.host.exec("ip", "link", "set", "thief", "address", seg.other_host_mac, "netns", thief.name)
+        thief.exec("ip", "addr", "add", "10.10.1.199/24", "dev", "thief")
+        thief.exec("ip", "link", "set", "thief", "up")
+        ping(thief, GATEWAY_IP)
+        stolen = snapshot(seg)
+        assert stolen["fdb"][seg.other_host_mac] == "eth1p"
+        assert stolen["gateway neighbours"]["10.10.1.199"] == seg.other_host_mac
+    finally:
+        thief.close()
+        seg.gateway.exec("ip", "neigh", "del", "10.10.1.199", "dev", "gw0", check=False)
+        ping(seg.other_host, GATEWAY_IP)  # the switch learns the MAC back at its own port
+    assert snapshot(seg) == before
