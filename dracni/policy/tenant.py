@@ -17,6 +17,7 @@ from dracni.params import DeviceParameters, ParameterError
 
 from .config import FULL, MAIN_PLUGIN_TYPES, SELF_TYPE, TenantPolicy
 from .macs import check_claim_macs, check_mac, check_mac_form, check_no_mac_prefixes
+from .netranges import in_host_local_ranges, network_gateways, network_subnets
 from .rules import refuse
 
 #: Keys that name a path or socket of the node, wherever they appear in a plugin config.
@@ -169,65 +170,6 @@ def apply_profile(network: DeviceParameters, knobs: DeviceParameters, where: str
     return merged
 
 
-def network_subnets(network: DeviceParameters) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-    """The address ranges the network's IPAM configs name (host-local, static, whereabouts)."""
-    subnets = []
-    for plugin in (network["config"] or {}).get("plugins", []):
-        ipam = plugin.get("ipam")
-        if not isinstance(ipam, dict):
-            continue
-        texts = [ipam.get("subnet"), ipam.get("range")]
-        for range_set in ipam.get("ranges") or []:
-            texts += [r.get("subnet") for r in range_set if isinstance(r, dict)] if isinstance(range_set, list) else []
-        texts += [a.get("address") for a in ipam.get("addresses") or [] if isinstance(a, dict)]
-        for text in texts:
-            if isinstance(text, str):
-                try:
-                    subnets.append(ipaddress.ip_interface(text).network)
-                except ValueError:
-                    continue
-    return subnets
-
-
-def network_gateways(network: DeviceParameters) -> set[ipaddress.IPv4Address | ipaddress.IPv6Address]:
-    """The gateways the network's IPAM configs name or imply: a host-local range's ``gateway``
-    (default: its subnet's first address, as host-local's ``Range.Canonicalize``), a top-level
-    ``gateway``, a static address's ``gateway``, and every route's ``gw``."""
-    found: set[ipaddress.IPv4Address | ipaddress.IPv6Address] = set()
-
-    def add(text: Any) -> None:
-        if isinstance(text, str):
-            try:
-                found.add(ipaddress.ip_address(text))
-            except ValueError:
-                pass
-
-    for plugin in (network["config"] or {}).get("plugins", []):
-        ipam = plugin.get("ipam")
-        if not isinstance(ipam, dict):
-            continue
-        ranges = [r for rs in ipam.get("ranges") or [] if isinstance(rs, list) for r in rs if isinstance(r, dict)]
-        if ipam.get("subnet"):
-            ranges.append({"subnet": ipam.get("subnet"), "gateway": ipam.get("gateway")})
-        for r in ranges:
-            if r.get("gateway"):
-                add(r["gateway"])
-                continue
-            try:
-                subnet = ipaddress.ip_network(str(r.get("subnet")), strict=False)
-            except (TypeError, ValueError):
-                continue
-            if subnet.num_addresses > 2:
-                found.add(subnet.network_address + 1)
-        for a in ipam.get("addresses") or []:
-            if isinstance(a, dict):
-                add(a.get("gateway"))
-        for route in ipam.get("routes") or []:
-            if isinstance(route, dict):
-                add(route.get("gw"))
-    return found
-
-
 def _check_not_infrastructure(address: Any, network: DeviceParameters, field: str) -> None:
     """A chosen address is never the segment's network or broadcast address nor its gateway."""
     ip, net = address.ip, address.network
@@ -260,6 +202,13 @@ def _check_in_ranges(ips: Any, network: DeviceParameters, field: str) -> None:
             ranges = ", ".join(str(s) for s in subnets)
             raise refuse(f"{field}[{index}]", f'{_show(text)} is outside network "{name}" ({ranges})', "networkRanges")
         _check_not_infrastructure(address, network, f"{field}[{index}]")
+        outside = in_host_local_ranges(address.ip, network)
+        if outside:
+            raise refuse(
+                f"{field}[{index}]",
+                f'{address.ip} is outside the addresses network "{name}" hands out ({outside})',
+                "networkRanges",
+            )
         _check_in_pool(address.ip, network, f"{field}[{index}]")
 
 

@@ -32,6 +32,13 @@ OTHER_HOST_IP = "10.10.1.3"
 GATEWAY_MAC = "00:16:3e:0a:0b:01"
 #: The addresses tenants' pods get: the class network's range, clear of the hosts above.
 RANGE_START, RANGE_END = "10.10.1.100", "10.10.1.200"
+#: Identities inside that range that are not the network's to hand out (an administrator's
+#: overlap, or a host configured by hand): a second address of the node on the parent, a
+#: second address of the other host (the node learns it), and a MAC the node's own software
+#: programmed on the parent (``bridge fdb add ... self``, e.g. a VRRP instance's).
+NODE_IN_RANGE_IP = "10.10.1.180"
+OTHER_HOST_IN_RANGE_IP = "10.10.1.181"
+PARENT_FDB_MAC = "02:00:5e:00:01:0a"
 #: Bridge FDB entries live this long (centiseconds): no entry ages out during a test run.
 AGEING = "3000000"
 
@@ -111,8 +118,12 @@ def build(lab: Lab) -> Segment:
         ip("addr", "add", f"{NODE_IP}/24", "dev", "eth1", netns=lab.host.name)
         _attach(seg.switch, seg.gateway, "gwp", "gw0", GATEWAY_IP, GATEWAY_MAC)
         _attach(seg.switch, seg.other_host, "ohp", "oh0", OTHER_HOST_IP)
+        ip("addr", "add", f"{NODE_IN_RANGE_IP}/24", "dev", "eth1", netns=lab.host.name)
+        ip("addr", "add", f"{OTHER_HOST_IN_RANGE_IP}/24", "dev", "oh0", netns=seg.other_host.name)
+        lab.host.exec("bridge", "fdb", "add", PARENT_FDB_MAC, "dev", "eth1", "self", "permanent")
         ping(lab.host, GATEWAY_IP)
         ping(lab.host, OTHER_HOST_IP)
+        ping(lab.host, OTHER_HOST_IN_RANGE_IP)
         ping(seg.gateway, OTHER_HOST_IP)
     except BaseException:
         seg.close()

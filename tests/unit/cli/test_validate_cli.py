@@ -94,6 +94,10 @@ def test_every_case_the_node_refuses_offline_is_refused(tmp_path: Path) -> None:
         path = tmp_path / f"{case.id}.yaml"
         path.write_text(yaml.safe_dump(case.params))
         args = [f"--claim-configs={case.mode}", *(f"--allow-type={t}" for t in case.extra_types)]
+        if case.allowed_sysctls:  # the administrator's allowedSysctls, in a policy file
+            policy = tmp_path / f"{case.id}.policy.yaml"
+            policy.write_text(yaml.safe_dump({"allowedSysctls": list(case.allowed_sysctls)}))
+            args.append(f"--policy-file={policy}")
         code, output = validate(path, *args)
         if case.refused is None:
             assert code == 0, (case.id, output)
