@@ -19,13 +19,13 @@ modules (``dracni.netlink`` is hand-written on ``_socket``).
 
 from __future__ import annotations
 
-from .. import netlink
 from ..macaddr import canonical, canonical_mac
 from . import errors as E
 from .errors import CNIError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from .. import netlink
     from ..state.records import JSON, AttachedDevice, Attachment, Delegate
     from ..state.store import StateDir
 
@@ -135,16 +135,19 @@ def check_device(state: StateDir, record: Attachment, dev: AttachedDevice) -> No
 class Segment:
     """What the node sees on ``parent``'s segment, read from the kernel once, when first asked."""
 
-    __slots__ = ("parent", "_index", "_neighbours")
+    __slots__ = ("parent", "_nl", "_index", "_neighbours")
 
     def __init__(self, parent: str) -> None:
+        from .. import netlink  # only an ADD that asks for a MAC or an address reads the kernel
+
+        self._nl = netlink
         self.parent = parent
         self._index = netlink.link_index(parent)
         self._neighbours: list[netlink.Neighbour] | None = None
 
     def neighbours(self) -> list[netlink.Neighbour]:
         if self._neighbours is None:
-            self._neighbours = netlink.neighbours(self._index) if self._index is not None else []
+            self._neighbours = self._nl.neighbours(self._index) if self._index is not None else []
         return self._neighbours
 
     def macs(self, attachments: list[tuple[str, AttachedDevice]]) -> dict[str, str]:
@@ -165,7 +168,7 @@ class Segment:
                     taken.setdefault(made, owner)
         for n in self.neighbours():
             taken.setdefault(n.mac, f"the MAC of neighbour {n.ip} on parent {parent}")
-        for entry in netlink.fdb(self._index) if self._index is not None else []:
+        for entry in self._nl.fdb(self._index) if self._index is not None else []:
             if not int(entry.mac[:2], 16) & 0x01:  # unicast: group addresses are the kernel's to refuse
                 taken.setdefault(entry.mac, f"an FDB entry of parent {parent}")
         own = _link_mac(parent)
@@ -178,7 +181,7 @@ class Segment:
         attachments', then neighbours' (except the claim's ``kept`` addresses)."""
         parent = self.parent
         used: dict[str, str] = {}
-        for address in netlink.addresses(self._index) if self._index is not None else []:
+        for address in self._nl.addresses(self._index) if self._index is not None else []:
             used.setdefault(address.ip, f"the node's address on parent {parent}")
         for who, device in attachments:
             iface = f"{who}'s interface {device.get('ifName')}"
