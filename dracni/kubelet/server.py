@@ -8,6 +8,9 @@ socket kubelet's plugin watcher finds it through (docs/contracts.md section 2).
 - ``<registry_dir>/<driver>-reg.sock``: ``pluginregistration.Registration``, on a second server
   bound only once the DRA socket accepts connections: kubelet dials the endpoint as soon as it
   has registered the plugin.
+- with an ``instance`` ID (a rolling update, ``kubelet/instances.py``) the two sockets are
+  ``dra-<instance>.sock`` and ``<driver>-<instance>-reg.sock``: a stale socket is then only ever
+  this instance's own (the same pod's container restarted), never another instance's.
 
 The server knows nothing about claims: ``prepare`` and ``unprepare`` callbacks (the helper's,
 ``kubelet/helper.py``) do the work, and the server turns their answers into kubelet's
@@ -98,13 +101,16 @@ class DRAPluginServer:
         unprepare: UnprepareCallback,
         max_workers: int = 32,  # kubelet runs pods (and so their prepares) in parallel; health streams hold one each
         health: HealthSource | None = None,
+        instance: str | None = None,
+        on_registered: Callable[[], None] | None = None,
     ) -> None:
         check_driver_name(driver)
         if max_workers < 1:
             raise ValueError(f"max_workers must be at least 1, not {max_workers}")
         self.driver = driver
-        self.dra_socket = dra_socket_path(plugins_dir, driver)
-        self.registration_socket = registration_socket_path(registry_dir, driver)
+        self.dra_socket = dra_socket_path(plugins_dir, driver, instance)
+        self.registration_socket = registration_socket_path(registry_dir, driver, instance)
+        self._on_registered = on_registered
         check_socket_path(self.dra_socket, "DRA service socket")
         check_socket_path(self.registration_socket, "registration socket")
         self._prepare_cb = prepare
@@ -149,6 +155,11 @@ class DRAPluginServer:
         if registered:
             self.registered_event.set()
             log.info("kubelet registered DRA driver %s (endpoint %s)", self.driver, self.dra_socket)
+            if self._on_registered is not None:
+                try:
+                    self._on_registered()
+                except OSError as exc:  # a mark the other instance cannot see: it waits, then stops anyway
+                    log.warning("cannot mark this instance registered: %s", exc)
         else:
             self.registered_event.clear()
             log.error("kubelet refused to register DRA driver %s: %s", self.driver, error or "no reason given")
