@@ -60,6 +60,7 @@ from dracni.kubelet.sockets import (
     remove_stale_socket,
     wait_until_serving,
 )
+from dracni.kubelet.workers import InFlight
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,7 @@ class DRAPluginServer:
         self._dra_server: grpc.Server | None = None
         self._reg_server: grpc.Server | None = None
         self._bound: dict[str, tuple[int, int]] = {}  # socket path -> (st_dev, st_ino) we created
+        self.in_flight = InFlight()  # the DRA calls being served
 
     # -- kubelet's registration verdict ----------------------------------------------------
 
@@ -230,8 +232,11 @@ class DRAPluginServer:
     def stop(self, grace: float | None = 5.0) -> None:
         """Stop both servers and remove the socket files this server created.
 
-        Registration goes first, so kubelet deregisters the plugin before the DRA service
-        stops; in-flight DRA calls get ``grace`` seconds.  Idempotent.
+        In-flight DRA calls first get up to ``grace`` seconds to finish: kubelet closes its
+        connection to a plugin whose registration socket goes, which would cancel them (its
+        ``DRAPluginManager.remove``); with another instance beside this one, kubelet already
+        sends new calls there.  Then registration goes, so kubelet deregisters the plugin
+        before the DRA service stops.  Idempotent.
         """
         with self._lifecycle_lock:
             if self._state == "stopped":
@@ -265,6 +270,8 @@ class DRAPluginServer:
         self._bound[path] = (st.st_dev, st.st_ino)
 
     def _shutdown(self, grace: float | None) -> None:
+        if grace and not self.in_flight.wait_idle(grace):
+            log.warning("stopping with DRA calls still in flight after %s s", grace)
         if self._reg_server is not None:
             self._reg_server.stop(None).wait()
         self._remove_own_socket(self.registration_socket)
@@ -299,6 +306,14 @@ class _DRAService:
         self._share_id = share_id
 
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+        with self._owner.in_flight:
+            return self._prepare(request)
+
+    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+        with self._owner.in_flight:
+            return self._unprepare(request)
+
+    def _prepare(self, request: Any) -> Any:
         claims = _claim_refs(request.claims)
         results = prepare_answers(self._owner._prepare_cb, claims)
         response = self._pb2.NodePrepareResourcesResponse()
@@ -320,7 +335,7 @@ class _DRAService:
         _log_call("NodePrepareResources", self._version, claims, failed)
         return response
 
-    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def _unprepare(self, request: Any) -> Any:
         claims = _claim_refs(request.claims)
         results = unprepare_answers(self._owner._unprepare_cb, claims)
         response = self._pb2.NodeUnprepareResourcesResponse()
