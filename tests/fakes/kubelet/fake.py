@@ -39,7 +39,8 @@ rules; then they leave the cache, checkpoint.
 missing or unknown UID raising :class:`ProtocolError`, ``raise_on_error`` raising
 :class:`ClaimError` on the first error), for tests of the plugin's answers themselves.
 
-Every call sent, by either path, is in ``calls``.
+Every call sent, by either path, is in ``calls``, with the endpoint of the instance that served
+it (``endpoints_served()``: several instances of one driver may be registered at once).
 """
 
 from __future__ import annotations
@@ -53,18 +54,9 @@ from typing import Any
 import grpc
 
 from .claiminfo import ClaimInfo, ClaimInfoCache, DeviceState
+from .draplugins import CALL_TIMEOUT, SERVICES, V1BETA1, WIPING_DELAY, KubeletError, Plugin
 from .kube import KubeClient, WipeBackoff
-from .plugins import (
-    CALL_TIMEOUT,
-    SERVICES,
-    V1BETA1,
-    WIPING_DELAY,
-    KubeletError,
-    Plugin,
-    PluginManager,
-    RegistrationError,
-    Unreachable,
-)
+from .plugins import PluginManager, RegistrationError, Unreachable
 
 ClaimTuple = tuple[str, str, str]  # (namespace, uid, name)
 
@@ -103,6 +95,8 @@ class Call:
     #: uid -> error string ("" = ok) of the response; None when the RPC failed
     results: dict[str, str] | None
     rpc_error: str | None = None
+    #: the instance that served it (its endpoint): ``GetPlugin``'s choice at the call
+    endpoint: str = ""
 
 
 class FakeKubelet:
@@ -243,13 +237,11 @@ class FakeKubelet:
         try:
             response = plugin.call(method, claims)
         except grpc.RpcError as exc:
-            self._record(
-                Call(method, plugin.driver, plugin.service, tuple(claims), None, f"{exc.code().name}: {exc.details()}")
-            )
+            error = f"{exc.code().name}: {exc.details()}"
+            self._record(Call(method, plugin.driver, plugin.service, tuple(claims), None, error, plugin.endpoint))
             raise
-        self._record(
-            Call(method, plugin.driver, plugin.service, tuple(claims), {u: e.error for u, e in response.claims.items()})
-        )
+        results = {u: e.error for u, e in response.claims.items()}
+        self._record(Call(method, plugin.driver, plugin.service, tuple(claims), results, None, plugin.endpoint))
         return response
 
     def _record(self, call: Call) -> None:
@@ -259,6 +251,16 @@ class FakeKubelet:
     def calls_of(self, method: str) -> list[Call]:
         with self._calls_lock:
             return [c for c in self.calls if c.method == method]
+
+    def endpoints_served(self, method: str | None = None) -> list[str]:
+        """The endpoint (instance) that served each call sent, in order; ``method`` filters."""
+        with self._calls_lock:
+            return [c.endpoint for c in self.calls if method is None or c.method == method]
+
+    def instances(self, driver: str) -> list[Plugin]:
+        """The driver's registered instances, oldest first; the calls go to
+        ``plugin(driver)``, the newest connected one (dra_plugin_manager.go ``get``)."""
+        return self.manager.instances(driver)
 
     def prepare(
         self, claims: Iterable[ClaimTuple], *, driver: str | None = None, raise_on_error: bool = False
