@@ -9,8 +9,6 @@ goes, and the driver's ResourceSlices are wiped only once no instance is left.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import threading
 import time
 from concurrent import futures
@@ -18,11 +16,12 @@ from concurrent import futures
 import grpc
 import pytest
 
-from tests.fakes.apiserver import FakeApiServer
 from tests.fakes.kubelet import APIS, V1, FakeKubelet, KubeletError, RegistrationError
+from tests.fakes.test_kubelet import NODE, api, root
+
+__all__ = ["api", "root"]  # the fixtures: a socket root under /tmp, the API server with NODE
 
 DRIVER = "multi.example.com"
-NODE = "node-m"
 CLAIM = ("default", "uid-1", "claim-1")
 
 
@@ -125,13 +124,6 @@ class Instance:
 
 
 @pytest.fixture
-def root():
-    d = tempfile.mkdtemp(dir="/tmp", prefix="fki-")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture
 def instances(root):
     made: list[Instance] = []
 
@@ -143,16 +135,6 @@ def instances(root):
     yield make
     for instance in made:
         instance.stop()
-
-
-@pytest.fixture
-def api(tmp_path):
-    server = FakeApiServer(tmp_path / "api").start()
-    server.add_node(NODE)
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture

@@ -11,6 +11,10 @@ the test API server for what kubelet asks of it.  It imports nothing from ``drac
   wiping 30 s after the driver's last instance is gone;
 - ``claiminfo.py``: the claim info cache and its checkpoint;
 - ``fake.py``: ``FakeKubelet``, with the DRA manager's ``prepare_pod``/``unprepare_pod``;
+- ``registrations.py``: what ``FakeKubelet`` shows of registration (``instances``, ``plugin``,
+  ``wait_for_plugin``);
+- ``records.py``: ``Pod``, ``Call`` (with the ``endpoint`` of the instance that served it),
+  the fake's errors;
 - ``kube.py``: claim GETs and ResourceSlice wipes through the ``kubernetes`` client.
 
 Each module names the upstream functions it models.
@@ -18,10 +22,11 @@ Each module names the upstream functions it models.
 
 from .claiminfo import ClaimInfo, ClaimInfoCache, DeviceState
 from .draplugins import CALL_TIMEOUT, V1, V1BETA1, WIPING_DELAY, DRAPluginManager, KubeletError, Plugin
-from .fake import Call, ClaimError, FakeKubelet, Pod, PodSyncError, ProtocolError
+from .fake import FakeKubelet
 from .kube import WipeBackoff
 from .plugins import PLUGIN_TYPE, PluginManager, RegistrationError
 from .protos import APIS
+from .records import Call, ClaimError, Pod, PodSyncError, ProtocolError
 
 __all__ = [
     "APIS",
