@@ -144,6 +144,12 @@ def kubelet(root, api):
     k.close()
 
 
+def closed_connection(exc: Exception) -> bool:
+    if isinstance(exc, grpc.RpcError):
+        return exc.code() == grpc.StatusCode.CANCELLED
+    return isinstance(exc, KubeletError) and "is closed" in str(exc)
+
+
 def driver_wipes(api) -> list:
     return [r for r in api.requests_to("DELETE", "/resourceslices") if DRIVER in r.query.get("fieldSelector", "")]
 
@@ -249,14 +255,14 @@ def test_a_handover_under_calls_sends_each_call_to_one_of_the_instances(kubelet,
         stop.set()
         worker.join(10)
     served = kubelet.endpoints_served()
-    # remove() closes b's connection: a call in flight on it at that moment is cancelled, as
-    # grpc-go's ClientConn.Close cancels it upstream (kubelet retries the pod's sync later)
-    assert all(isinstance(e, grpc.RpcError) and e.code() == grpc.StatusCode.CANCELLED for e in errors)
-    assert len(errors) <= 1
-    assert set(served) == {a.endpoint, b.endpoint}
+    # remove() closes b's connection: a call on it at that moment fails, in flight (cancelled)
+    # or just sent (the connection is closed), as grpc-go's ClientConn.Close does upstream
+    # (kubelet retries the pod's sync later); one call at a time here, so one at most
+    assert all(closed_connection(e) for e in errors) and len(errors) <= 1, errors
+    assert set(served) == {a.endpoint, b.endpoint}, (served, errors)
     switch = served.index(a.endpoint)
-    assert served[:switch] == [b.endpoint] * switch and served[switch:] == [a.endpoint] * (len(served) - switch)
-    assert len(a.served) + len(b.served) == len(served) - len(errors)
+    assert served[:switch] == [b.endpoint] * switch and served[switch:] == [a.endpoint] * (len(served) - switch), served
+    assert len(served) - len(errors) <= len(a.served) + len(b.served) <= len(served)
 
 
 def test_a_recreated_registration_socket_comes_back_as_the_newest_and_an_endpoint_is_not_hijacked(
