@@ -13,7 +13,9 @@ policy, device lookup, IPAMClaim reader, state dir) lives here, not in the helpe
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..kubelet.driver import Claim, ClaimRef, ClaimSource, Observer, PrepareResult
 from ..kubelet.helper import KubeletPluginHelper
@@ -78,10 +80,12 @@ def network_plugin(
     claims: ClaimSource,
     source_path: Callable[[str, str], str | None] | None = None,
     observer: Observer | None = None,
+    gate: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> tuple[KubeletPluginHelper, NetworkDriver]:
     """The helper in front of dracni's network driver, sharing one pool of batch workers: what
     the service, ``dracni prepare`` and ``dracni unprepare`` run.  The helper checks claims
-    against the resolver's driver name and node."""
+    against the resolver's driver name and node; ``gate`` serializes the driver's calls with
+    another instance's (``kubelet/instances.py``)."""
     workers = BatchWorkers()
     network = NetworkDriver(resolver=resolver, source_path=source_path, workers=workers)
     helper = KubeletPluginHelper(
@@ -91,5 +95,6 @@ def network_plugin(
         node=resolver.node,
         observer=observer,
         workers=workers,
+        gate=gate,
     )
     return helper, network

@@ -68,6 +68,21 @@ if TYPE_CHECKING:
     show_default=True,
     help="Effect of the device taint on a NIC whose link is down or gone (KEP-5055); None: no taint.",
 )
+@click.option(
+    "--instance-id",
+    envvar="POD_UID",
+    default=None,
+    metavar="UID",
+    help="This instance's ID, the pod's UID (downward API): sockets of its own, so that a new pod can "
+    "start beside the old one in a rolling update (kubelet 1.33+).",
+)
+@click.option(
+    "--fixed-socket-names",
+    is_flag=True,
+    envvar="DRACNI_FIXED_SOCKET_NAMES",
+    help="Use <driver>-reg.sock and dra.sock whatever the instance ID: kubelets older than 1.33 "
+    "know one instance per driver (then update with maxUnavailable: 1, maxSurge: 0).",
+)
 def kubelet_plugin(
     driver: str,
     state_dir: str,
@@ -85,6 +100,8 @@ def kubelet_plugin(
     publish_slices: bool,
     nic_netns: str | None,
     link_down_taint_effect: str,
+    instance_id: str | None,
+    fixed_socket_names: bool,
 ) -> None:
     """Run the kubelet DRA plugin service (the DaemonSet's main process)."""
     from ..service.logs import setup_logging
@@ -106,5 +123,6 @@ def kubelet_plugin(
         publish_slices=publish_slices,
         netns=nic_netns,
         link_taint_effect=link_down_taint_effect,
+        instance=None if fixed_socket_names else (instance_id or None),
     )
     Service(opts).run_until_signalled()

@@ -28,6 +28,7 @@ slice attribute, so a flapping link rewrites the slice only when its taint comes
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -59,6 +60,8 @@ log = logging.getLogger(__name__)
 
 RESYNC_SECONDS = 60.0
 WATCH_TIMEOUT = 300
+#: a device name of slots mode (``slices.offers``): ``<device name>-slot-<i>``
+_SLOT_NAME = re.compile(r"-slot-\d+$")
 #: ``--link-down-taint-effect`` values: a device taint effect, or no taint at all.
 NO_TAINT = "None"
 LINK_TAINT_EFFECTS = (*TAINT_EFFECTS, NO_TAINT)
@@ -80,6 +83,7 @@ class SlicePublisher:
         watch_timeout: int = WATCH_TIMEOUT,
         in_use: Callable[[], Collection[str]] | None = None,
         links: LinkDB | None = None,
+        leader: Callable[[], bool] | None = None,
     ) -> None:
         if link_taint_effect not in LINK_TAINT_EFFECTS:
             raise ValueError(f"link taint effect {link_taint_effect!r}: one of {', '.join(LINK_TAINT_EFFECTS)}")
@@ -102,6 +106,9 @@ class SlicePublisher:
         #: device names that prepared claims hold (the state dir): a NIC that leaves the node's
         #: netns while one of its devices is held went into a pod (host-device), it is not gone
         self.in_use = in_use
+        #: whether this instance writes the slices (``kubelet/instances.py Leadership``); the
+        #: other instance of a rolling update only keeps ``offered`` (None: always writes)
+        self.leader = leader
         self._dirty = threading.Event()
         self._node_uid: str | None = None
         self._offered: dict[str, Offer] = {}
@@ -207,6 +214,11 @@ class SlicePublisher:
             [self.generation] + [(s.get("spec") or {}).get("pool", {}).get("generation", 0) for s in existing.values()]
         )
         nics, taints = self._nics(existing)
+        if self.leader is not None and not self.leader():
+            self._follow(existing)
+            self._offered = {o.name: o for o in offers(nics, self.sharing)}
+            self.published.set()  # the leader publishes; this instance knows the devices
+            return
         self._offered = {o.name: o for o in offers(nics, self.sharing)}
         desired = self._build(nics, taints, self.generation)
         names = {d["metadata"]["name"] for d in desired}
@@ -249,6 +261,16 @@ class SlicePublisher:
         self._own_rvs.add(_rv(answer))
         self.cache.put(answer)
         return answer
+
+    def wake(self) -> None:
+        """Reconcile now (this instance has just become the leader)."""
+        self._dirty.set()
+
+    def _follow(self, existing: dict[str, dict[str, Any]]) -> None:
+        """Offer devices as the leader published them: slots once it fell back to slots."""
+        names = (d.get("name", "") for s in existing.values() for d in (s.get("spec") or {}).get("devices") or [])
+        if any(_SLOT_NAME.search(name) for name in names):
+            self._fall_back_to_slots()
 
     def _fall_back_to_slots(self) -> bool:
         if self.sharing.without_consumable_capacity() == self.sharing:

@@ -18,7 +18,10 @@ manifest files) run the same guards:
 - one log line per failed claim, and one call of the observer (metrics, Events) per call,
   with every claim's answer;
 - kubelet prepares claims of different pods concurrently, and so does the helper: a claim is
-  locked only against another call for the same claim, held until the driver has answered.
+  locked only against another call for the same claim, held until the driver has answered;
+- with another instance of the service beside this one (a rolling update), the driver's calls
+  hold ``gate`` (``kubelet/instances.py CallGate``): after the claims are read, as upstream
+  serializes only after its slow API calls.
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,6 +108,8 @@ class KubeletPluginHelper:
     node: str | None
     observer: Observer | None = None
     workers: BatchWorkers = field(default_factory=BatchWorkers)
+    #: held around the driver's calls: the instances' ``CallGate.held`` (none by default)
+    gate: Callable[[], AbstractContextManager[Any]] = nullcontext
     _locks: ClaimLocks = field(default_factory=ClaimLocks, init=False, repr=False)
 
     def prepare(self, refs: list[ClaimRef], *, report: bool = True) -> dict[str, PrepareResult]:
@@ -121,9 +126,10 @@ class KubeletPluginHelper:
             }
             if passed:
                 passed_refs = [ref for ref, _ in passed]
-                outcomes, error = call_guarded(
-                    self.driver.prepare_claims, [claim for _, claim in passed], passed_refs, "prepare", "preparing"
-                )
+                with self.gate():
+                    outcomes, error = call_guarded(
+                        self.driver.prepare_claims, [claim for _, claim in passed], passed_refs, "prepare", "preparing"
+                    )
                 results.update(prepare_results(passed_refs, outcomes, error))
         results.update((uid, PrepareResult(error=error)) for uid, error in invalid.items())
         answers = {ref.uid: results[ref.uid] for ref in refs}
@@ -139,7 +145,7 @@ class KubeletPluginHelper:
         valid, results = split_valid(refs)
         errors: dict[str, str | None] = dict(results)
         if valid:
-            with self._locks.holding(ref.uid for ref in valid):
+            with self._locks.holding(ref.uid for ref in valid), self.gate():
                 outcomes, error = call_guarded(self.driver.unprepare_claims, valid, valid, "unprepare", "unpreparing")
             errors.update(unprepare_results(valid, outcomes, error))
         answers = {ref.uid: errors[ref.uid] for ref in refs}

@@ -8,6 +8,9 @@ socket kubelet's plugin watcher finds it through (docs/contracts.md section 2).
 - ``<registry_dir>/<driver>-reg.sock``: ``pluginregistration.Registration``, on a second server
   bound only once the DRA socket accepts connections: kubelet dials the endpoint as soon as it
   has registered the plugin.
+- with an ``instance`` ID (a rolling update, ``kubelet/instances.py``) the two sockets are
+  ``dra-<instance>.sock`` and ``<driver>-<instance>-reg.sock``: a stale socket is then only ever
+  this instance's own (the same pod's container restarted), never another instance's.
 
 The server knows nothing about claims: ``prepare`` and ``unprepare`` callbacks (the helper's,
 ``kubelet/helper.py``) do the work, and the server turns their answers into kubelet's
@@ -57,6 +60,7 @@ from dracni.kubelet.sockets import (
     remove_stale_socket,
     wait_until_serving,
 )
+from dracni.kubelet.workers import InFlight
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +102,16 @@ class DRAPluginServer:
         unprepare: UnprepareCallback,
         max_workers: int = 32,  # kubelet runs pods (and so their prepares) in parallel; health streams hold one each
         health: HealthSource | None = None,
+        instance: str | None = None,
+        on_registered: Callable[[], None] | None = None,
     ) -> None:
         check_driver_name(driver)
         if max_workers < 1:
             raise ValueError(f"max_workers must be at least 1, not {max_workers}")
         self.driver = driver
-        self.dra_socket = dra_socket_path(plugins_dir, driver)
-        self.registration_socket = registration_socket_path(registry_dir, driver)
+        self.dra_socket = dra_socket_path(plugins_dir, driver, instance)
+        self.registration_socket = registration_socket_path(registry_dir, driver, instance)
+        self._on_registered = on_registered
         check_socket_path(self.dra_socket, "DRA service socket")
         check_socket_path(self.registration_socket, "registration socket")
         self._prepare_cb = prepare
@@ -127,6 +134,7 @@ class DRAPluginServer:
         self._dra_server: grpc.Server | None = None
         self._reg_server: grpc.Server | None = None
         self._bound: dict[str, tuple[int, int]] = {}  # socket path -> (st_dev, st_ino) we created
+        self.in_flight = InFlight()  # the DRA calls being served
 
     # -- kubelet's registration verdict ----------------------------------------------------
 
@@ -149,6 +157,11 @@ class DRAPluginServer:
         if registered:
             self.registered_event.set()
             log.info("kubelet registered DRA driver %s (endpoint %s)", self.driver, self.dra_socket)
+            if self._on_registered is not None:
+                try:
+                    self._on_registered()
+                except OSError as exc:  # a mark the other instance cannot see: it waits, then stops anyway
+                    log.warning("cannot mark this instance registered: %s", exc)
         else:
             self.registered_event.clear()
             log.error("kubelet refused to register DRA driver %s: %s", self.driver, error or "no reason given")
@@ -219,8 +232,11 @@ class DRAPluginServer:
     def stop(self, grace: float | None = 5.0) -> None:
         """Stop both servers and remove the socket files this server created.
 
-        Registration goes first, so kubelet deregisters the plugin before the DRA service
-        stops; in-flight DRA calls get ``grace`` seconds.  Idempotent.
+        In-flight DRA calls first get up to ``grace`` seconds to finish: kubelet closes its
+        connection to a plugin whose registration socket goes, which would cancel them (its
+        ``DRAPluginManager.remove``); with another instance beside this one, kubelet already
+        sends new calls there.  Then registration goes, so kubelet deregisters the plugin
+        before the DRA service stops.  Idempotent.
         """
         with self._lifecycle_lock:
             if self._state == "stopped":
@@ -254,6 +270,8 @@ class DRAPluginServer:
         self._bound[path] = (st.st_dev, st.st_ino)
 
     def _shutdown(self, grace: float | None) -> None:
+        if grace and not self.in_flight.wait_idle(grace):
+            log.warning("stopping with DRA calls still in flight after %s s", grace)
         if self._reg_server is not None:
             self._reg_server.stop(None).wait()
         self._remove_own_socket(self.registration_socket)
@@ -288,6 +306,14 @@ class _DRAService:
         self._share_id = share_id
 
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+        with self._owner.in_flight:
+            return self._prepare(request)
+
+    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+        with self._owner.in_flight:
+            return self._unprepare(request)
+
+    def _prepare(self, request: Any) -> Any:
         claims = _claim_refs(request.claims)
         results = prepare_answers(self._owner._prepare_cb, claims)
         response = self._pb2.NodePrepareResourcesResponse()
@@ -309,7 +335,7 @@ class _DRAService:
         _log_call("NodePrepareResources", self._version, claims, failed)
         return response
 
-    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def _unprepare(self, request: Any) -> Any:
         claims = _claim_refs(request.claims)
         results = unprepare_answers(self._owner._unprepare_cb, claims)
         response = self._pb2.NodeUnprepareResourcesResponse()

@@ -2,6 +2,9 @@
 
 ``<registry_dir>/<driver>-reg.sock`` serves registration, ``<plugins_dir>/<driver>/dra.sock``
 the DRA service; both paths must be the same inside the plugin's container and on the host.
+With an instance ID (the pod's UID: two instances side by side during a rolling update, as
+upstream's ``kubeletplugin.RollingUpdate(podUID)`` names them, kubelet 1.33+) the names are
+``<driver>-<uid>-reg.sock`` and ``dra-<uid>.sock``, so neither instance touches the other's.
 """
 
 from __future__ import annotations
@@ -17,14 +20,20 @@ log = logging.getLogger(__name__)
 MAX_SOCKET_PATH_BYTES = 107
 
 
-def dra_socket_path(plugins_dir: str, driver: str) -> str:
-    """The DRA service socket: ``<plugins_dir>/<driver>/dra.sock``, absolute."""
-    return os.path.join(os.path.abspath(plugins_dir), driver, "dra.sock")
+def plugin_data_dir(plugins_dir: str, driver: str) -> str:
+    """The driver's directory under kubelet's plugins dir, shared by its instances."""
+    return os.path.join(os.path.abspath(plugins_dir), driver)
 
 
-def registration_socket_path(registry_dir: str, driver: str) -> str:
-    """The registration socket: ``<registry_dir>/<driver>-reg.sock``, absolute."""
-    return os.path.join(os.path.abspath(registry_dir), f"{driver}-reg.sock")
+def dra_socket_path(plugins_dir: str, driver: str, instance: str | None = None) -> str:
+    """The DRA service socket: ``<plugins_dir>/<driver>/dra[-<instance>].sock``, absolute."""
+    return os.path.join(plugin_data_dir(plugins_dir, driver), f"dra-{instance}.sock" if instance else "dra.sock")
+
+
+def registration_socket_path(registry_dir: str, driver: str, instance: str | None = None) -> str:
+    """The registration socket: ``<registry_dir>/<driver>[-<instance>]-reg.sock``, absolute."""
+    name = f"{driver}-{instance}-reg.sock" if instance else f"{driver}-reg.sock"
+    return os.path.join(os.path.abspath(registry_dir), name)
 
 
 def check_socket_path(path: str, what: str = "socket") -> None:

@@ -3,7 +3,8 @@
 Kubelet sends a pod's claims of one driver in one batch and prepares pods in parallel; each
 claim costs an API round trip (the helper's read) and netlink or API work (the driver's
 resolution), so a batch's claims are worked on at once.  The helper and the driver share one
-pool, so the threads stay bounded however many calls run.
+pool, so the threads stay bounded however many calls run.  ``InFlight`` counts the calls
+being served, so a stopping server lets them finish first.
 """
 
 from __future__ import annotations
@@ -45,3 +46,26 @@ class BatchWorkers:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+class InFlight:
+    """Counts the calls being served (``with in_flight:``); ``wait_idle`` waits for none."""
+
+    def __init__(self) -> None:
+        self._idle = threading.Condition()
+        self._count = 0
+
+    def __enter__(self) -> None:
+        with self._idle:
+            self._count += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._idle:
+            self._count -= 1
+            if not self._count:
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float | None) -> bool:
+        """True once no call is in flight; False after ``timeout`` seconds with some still are."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._count == 0, timeout=timeout)

@@ -1,4 +1,12 @@
-"""The service's /healthz, /readyz and /metrics endpoint."""
+"""The service's /healthz, /readyz and /metrics endpoint.
+
+``share_port``: two instances of a rolling update both listen on the port (``SO_REUSEPORT``;
+under ``hostNetwork`` it is a port of the node, and the surge pod could not bind it while the old
+one runs).  The kernel then hands each connection to either instance, so a probe answers for
+the node's dracni rather than for one pod: both instances report the same kind of readiness
+(registered with kubelet, the node's devices known), and the old instance stays until its
+successor is registered (``kubelet/instances.py``).
+"""
 
 from __future__ import annotations
 
@@ -18,7 +26,7 @@ log = logging.getLogger(__name__)
 class HealthServer:
     """``/healthz`` (the process serves), ``/readyz`` (``ready()`` is true) and ``/metrics``."""
 
-    def __init__(self, address: str, ready: Callable[[], tuple[bool, str]]) -> None:
+    def __init__(self, address: str, ready: Callable[[], tuple[bool, str]], *, share_port: bool = False) -> None:
         host, _, port = address.rpartition(":")
         outer = self
 
@@ -45,7 +53,8 @@ class HealthServer:
                 pass
 
         self.ready = ready
-        self.httpd = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
+        server_class = _SharedPortServer if share_port else ThreadingHTTPServer
+        self.httpd = server_class((host or "0.0.0.0", int(port)), Handler)
         self.port = self.httpd.server_address[1]
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="health", daemon=True)
 
@@ -55,3 +64,7 @@ class HealthServer:
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class _SharedPortServer(ThreadingHTTPServer):
+    allow_reuse_port = True  # socketserver sets SO_REUSEPORT before bind

@@ -3,6 +3,11 @@
 It serves kubelet's DRA gRPC API (prepare writes claims into the state dir), publishes the
 CNI plugin's status outbox as claim status, and publishes the node's NICs as ResourceSlices.
 Everything that talks to the API server lives here, never in the CNI plugin.
+
+With an instance ID (``--instance-id``, the pod's UID) a second instance may run beside this
+one during a rolling update (``kubelet/instances.py``): calls are serialized between them,
+the node's singleton work (slices, status, reservations, shared-claim pods) is the leader's,
+and a stopping instance waits for its successor's registration before it goes.
 """
 
 from __future__ import annotations
@@ -10,12 +15,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import defaults
 from ..inventory.sharing import Sharing
+from ..kubelet.instances import HANDOVER_SECONDS
 from ..policy.config import TenantPolicy
 from . import signals
 
@@ -52,6 +58,7 @@ class ServiceOptions:
     publish_slices: bool = True
     netns: str | None = None  # discover NICs in this netns (tests); default: the service's own
     link_taint_effect: str = "NoSchedule"  # a NIC whose link is down or gone: NoSchedule, NoExecute, None
+    instance: str | None = None  # the pod's UID: sockets of this instance's own (kubelet 1.33+)
 
 
 class Service:
@@ -73,7 +80,9 @@ class Service:
         from ..kube.ipamclaims import IpamClaimWriter
         from ..kube.reservations import ApiReservations, NodeUid
         from ..kube.status_sink import ApiStatusSink
+        from ..kubelet.instances import CallGate, InstanceMarks, Leadership, check_instance_id
         from ..kubelet.server import DRAPluginServer
+        from ..kubelet.sockets import plugin_data_dir
         from ..pools.allocator import PoolAllocator
         from ..state.store import StateDir
         from .events import ServiceEvents
@@ -83,6 +92,13 @@ class Service:
 
         self.opts = opts
         self.stop_event = threading.Event()
+        if opts.instance is not None:
+            check_instance_id(opts.instance)
+        data_dir = plugin_data_dir(opts.plugins_dir, opts.driver)
+        #: the other instance of a rolling update: calls never overlap, one leads (instances.py)
+        self.gate = CallGate(data_dir)
+        self.leadership = Leadership(data_dir)
+        self.marks = InstanceMarks(data_dir, opts.instance, opts.registry_dir, opts.driver) if opts.instance else None
         self.state = StateDir(opts.state_dir)
         self.api = KubeApi(load_api_client(opts.kubeconfig, node=opts.node))
         #: Warning Events on pods and claims (failed ADD, failed prepare, unhealthy device, IPAMClaim)
@@ -104,6 +120,7 @@ class Service:
                 link_taint_effect=opts.link_taint_effect,
                 in_use=self._claimed_devices,
                 links=self.links,
+                leader=self.leadership.held,
             )
             if opts.publish_slices
             else None
@@ -147,6 +164,7 @@ class Service:
             resolver,
             claims=self.claims,
             observer=ServiceObserver(self.events),
+            gate=self.gate.held,
         )
         #: pods that join a claim kubelet already prepared here (it prepares a claim only once);
         #: they log their own failures and are not kubelet calls, so no metrics nor Events
@@ -160,6 +178,8 @@ class Service:
             prepare=self.helper.prepare,
             unprepare=self.helper.unprepare,
             health=self.device_health,
+            instance=opts.instance,
+            on_registered=self.marks.mark_registered if self.marks else None,
         )
         ipamclaims = IpamClaimWriter(self.api, on_problem=self.events.ipamclaim_problem)
 
@@ -168,7 +188,11 @@ class Service:
             return ipamclaims.sync(record)
 
         self.status = StatusPublisher(self.state, ApiStatusSink(self.api), opts.driver, annotate=annotate)
-        self.health = HealthServer(opts.health_address, self.ready) if opts.health_address else None
+        self.health = (
+            HealthServer(opts.health_address, self.ready, share_port=opts.instance is not None)
+            if opts.health_address
+            else None
+        )
         self._threads: list[threading.Thread] = []
         self._stops: list[Callable[[], None]] = []  # undo what start() did, newest last
 
@@ -197,18 +221,10 @@ class Service:
         except OSError as exc:  # health is optional: prepare must work without it
             log.error("cannot watch the NICs' links (%s): kubelet will see their health as Unknown", exc)
         self._stops.append(self.links.stop)
-        loops = [
-            ("address-pools", self._reconcile_pools),
-            ("status-publisher", self.status.run),
-            ("shared-claim-pods", self.shared_claims.run),
-            ("events", self.recorder.run),
-        ]
+        loops = [("events", self.recorder.run), ("leadership", self._lead)]
         if self.slices is not None:
             loops.append(("slice-publisher", self.slices.run))
-        for name, loop in loops:
-            thread = threading.Thread(target=loop, args=(self.stop_event,), name=name, daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        self._start_loops(loops)
         self._stops.append(self.helper.close)  # after the gRPC servers have stopped
         # Health follows the link database (when it could start); its streams end (cleanly)
         # before the gRPC server stops.
@@ -219,6 +235,26 @@ class Service:
         self._stops.append(self.device_health.close)
         log.info("dracni kubelet plugin %s serving on node %s", self.opts.driver, self.opts.node)
         log.info("tenant policy: %s", self.opts.policy.describe())
+
+    def _start_loops(self, loops: Sequence[tuple[str, Callable[[threading.Event], Any]]]) -> None:
+        for name, loop in loops:
+            thread = threading.Thread(target=loop, args=(self.stop_event,), name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _lead(self, stop: threading.Event) -> None:
+        """Wait for the leader lock, then do the node's singleton work until the stop."""
+        if not self.leadership.acquire(stop):
+            return
+        if self.slices is not None:
+            self.slices.wake()
+        self._start_loops(
+            [
+                ("address-pools", self._reconcile_pools),
+                ("status-publisher", self.status.run),
+                ("shared-claim-pods", self.shared_claims.run),
+            ]
+        )
 
     def _reconcile_pools(self, stop: threading.Event) -> None:
         """This node's address reservations against its prepared claims, at start and every
@@ -238,7 +274,12 @@ class Service:
     def stop(self) -> None:
         """Stop what ``start()`` started, newest first (the gRPC servers: kubelet deregisters
         the plugin), then give the loops ``JOIN_SECONDS`` in all: they are daemon threads, and
-        one blocked in a call to a vanished API server must not hold the process."""
+        one blocked in a call to a vanished API server must not hold the process.  A successor
+        being started beside this instance is first given the time to register with kubelet."""
+        if self.marks is not None:
+            self.marks.unmark()
+            if self.grpc.running:
+                self.marks.wait_for_successor()
         self.stop_event.set()
         while self._stops:
             try:
@@ -246,8 +287,10 @@ class Service:
             except Exception:  # stop the rest anyway
                 log.exception("stopping the service")
         deadline = time.monotonic() + JOIN_SECONDS
-        for thread in self._threads:
+        for thread in list(self._threads):
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self.leadership.release()  # the other instance takes over from here
+        self.gate.close()
 
     def run_until_signalled(self) -> None:
         """Serve until SIGTERM or SIGINT, then stop; the process ends within
@@ -257,7 +300,8 @@ class Service:
             self.start()
             signals.wait_for_stop(self.stop_event)
         finally:
-            signals.exit_after(STOP_DEADLINE_SECONDS)
+            handover = HANDOVER_SECONDS if self.marks is not None else 0.0
+            signals.exit_after(STOP_DEADLINE_SECONDS + handover)
             self.stop()
 
 

@@ -48,21 +48,30 @@ class ServiceProcess:
         extra_args: tuple[str, ...] = (),
         node: str = NODE,
         kubelet: Callable[[Path], FakeKubelet] | None = None,
+        instance: str | None = None,
+        beside: ServiceProcess | None = None,
     ) -> None:
         self.lab = lab
         self.node = node
         self.extra_args = extra_args  # more options for kubelet-plugin (sharing, policy)
         self.api = api
         self.kubeconfig = kubeconfig or api.kubeconfig_path  # another one: e.g. through a proxy
+        #: ``--instance-id`` (the pod UID of a rolling update); ``beside``: another instance of the
+        #: same node, whose socket dirs and kubelet this one shares (and leaves to it to close)
+        self.instance = instance
+        self.beside = beside
         # Unix socket paths must stay under 108 bytes: a short dir under /tmp.
-        self.sockets = Path(tempfile.mkdtemp(prefix="dr-", dir="/tmp"))
+        self.sockets = beside.sockets if beside else Path(tempfile.mkdtemp(prefix="dr-", dir="/tmp"))
         self.registry_dir = self.sockets / "reg"
         self.plugins_dir = self.sockets / "plugins"
         self.health_port = free_port()
-        self.log_path = lab.tmp / "service.log"
+        self.log_path = lab.tmp / (f"service-{instance}.log" if instance else "service.log")
         self.proc: subprocess.Popen | None = None
         # ``kubelet(registry_dir)`` makes the node's kubelet (default: one without an API client)
-        self.kubelet = kubelet(self.registry_dir) if kubelet else FakeKubelet(str(self.registry_dir), driver=DRIVER)
+        if beside is not None:
+            self.kubelet = beside.kubelet
+        else:
+            self.kubelet = kubelet(self.registry_dir) if kubelet else FakeKubelet(str(self.registry_dir), driver=DRIVER)
         self.leftovers: list[str] = []  # what stop() found (and killed) in the service's process group
 
     def start(self, wait_ready: bool = True) -> None:
@@ -84,6 +93,7 @@ class ServiceProcess:
             "--nic-include=eth1",
             "--nic-include=eth2",
             "--nic-include=eth9",
+            *([f"--instance-id={self.instance}"] if self.instance else []),
             *self.extra_args,
         ]
         with open(self.log_path, "ab") as log:
@@ -170,8 +180,9 @@ class ServiceProcess:
         try:
             self.stop()
         finally:
-            self.kubelet.close()
-            shutil.rmtree(self.sockets, ignore_errors=True)
+            if self.beside is None:
+                self.kubelet.close()
+                shutil.rmtree(self.sockets, ignore_errors=True)
         if self.leftovers:
             raise AssertionError(f"the service left processes running (killed): {self.leftovers}")
 

@@ -203,11 +203,23 @@ def test_probes_hit_the_health_port():
     address = flag(main, "--health-address")
     assert address, "the health server must be on"
     port = int(address.rpartition(":")[2])
-    ports = {p["name"]: p["containerPort"] for p in main["ports"]}
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         get = main[probe]["httpGet"]
         assert get["path"] == path
-        assert ports.get(get["port"], get["port"]) == port, f"{probe} port {get['port']} != {port}"
+        assert get["port"] == port, f"{probe} port {get['port']} != {port}"
+
+
+def test_a_new_pod_starts_beside_the_old_one():
+    """maxSurge with per-instance sockets (POD_UID -> --instance-id) and no declared host port,
+    which would keep the scheduler from placing the surge pod on the node."""
+    daemonset = deploy_objects()["DaemonSet"]
+    assert daemonset["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    main = main_container()
+    assert "ports" not in main
+    from dracni.cli import kubelet_plugin
+
+    (instance,) = [p for p in kubelet_plugin.params if p.name == "instance_id"]
+    assert instance.envvar == "POD_UID"
 
 
 def test_example_templates_pass_the_default_tenant_policy():

@@ -39,73 +39,27 @@ rules; then they leave the cache, checkpoint.
 missing or unknown UID raising :class:`ProtocolError`, ``raise_on_error`` raising
 :class:`ClaimError` on the first error), for tests of the plugin's answers themselves.
 
-Every call sent, by either path, is in ``calls``.
+Every call sent, by either path, is in ``calls``, with the endpoint of the instance that served
+it (``endpoints_served()``: several instances of one driver may be registered at once).
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
-from .claiminfo import ClaimInfo, ClaimInfoCache, DeviceState
+from .claiminfo import ClaimInfo, ClaimInfoCache
+from .draplugins import CALL_TIMEOUT, SERVICES, V1BETA1, WIPING_DELAY, KubeletError, Plugin
 from .kube import KubeClient, WipeBackoff
-from .plugins import (
-    CALL_TIMEOUT,
-    SERVICES,
-    V1BETA1,
-    WIPING_DELAY,
-    KubeletError,
-    Plugin,
-    PluginManager,
-    RegistrationError,
-    Unreachable,
-)
-
-ClaimTuple = tuple[str, str, str]  # (namespace, uid, name)
+from .plugins import PluginManager
+from .records import Call, ClaimError, ClaimTuple, Pod, PodSyncError, ProtocolError, device_state
+from .registrations import Registrations
 
 
-class ProtocolError(KubeletError):
-    """The plugin broke the DRA protocol (a missing or unknown claim UID in a response)."""
-
-
-class ClaimError(KubeletError):
-    """A claim's entry carried an error (only with ``raise_on_error=True``)."""
-
-
-class PodSyncError(KubeletError):
-    """``PrepareResources``/``UnprepareResources`` failed: kubelet fails this pod sync and retries later."""
-
-
-@dataclass(frozen=True)
-class Pod:
-    """What the DRA manager reads of a pod: its UID, namespace, name and the names of the
-    ResourceClaims it uses (``pod.spec.resourceClaims`` resolved by ``resourceclaim.Name``)."""
-
-    uid: str
-    namespace: str
-    name: str
-    claims: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Call:
-    """One DRA call the fake sent: ``claims`` as requested, and what came back."""
-
-    method: str  # NodePrepareResources / NodeUnprepareResources
-    driver: str
-    service: str
-    claims: tuple[ClaimTuple, ...]
-    #: uid -> error string ("" = ok) of the response; None when the RPC failed
-    results: dict[str, str] | None
-    rpc_error: str | None = None
-
-
-class FakeKubelet:
+class FakeKubelet(Registrations):
     """One node's kubelet, as far as DRA drivers see it.
 
     ``driver``: refuse plugins of other drivers (the fake's own check); ``force_v1beta1``: speak
@@ -184,72 +138,16 @@ class FakeKubelet:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- registration ---------------------------------------------------------------------------
-    @property
-    def plugins(self) -> dict[str, Plugin]:
-        """driver -> the plugin ``GetPlugin`` would pick."""
-        with self.manager.lock:
-            return {driver: self.manager.get(driver) for driver in self.manager.store}
-
-    @property
-    def attempts(self) -> list[tuple[str, str | None]]:
-        return [(a.socket, a.error) for a in self.manager.attempts]
-
-    def registration_sockets(self) -> list[str]:
-        return sorted(self.manager.registration_sockets())
-
-    def register(self, socket_path: str, dial_timeout: float = 10.0) -> Plugin:
-        """Register one socket now (``GenerateRegisterPluginFunc``)."""
-        return self.manager.register(socket_path, dial_timeout=dial_timeout)
-
-    def wait_for_plugin(self, timeout: float = 10.0, poll: float = 0.02) -> Plugin:
-        """Reconcile until a plugin registers that was not registered at the call; return it.
-
-        A socket that does not answer yet is retried; a plugin that fails validation raises
-        :class:`RegistrationError` at once.  With the background loop running (``start()``),
-        a plugin it registered counts too.
-        """
-        deadline = time.monotonic() + timeout
-        known = {(p.registration_socket, p.socket_id) for p in list(self.manager.registered.values())}
-        last_error: Exception | None = None
-        while True:
-            for outcome in self.manager.reconcile(dial_timeout=0.2, backoff=False):
-                if isinstance(outcome, Plugin):
-                    return outcome
-                if not isinstance(outcome, Unreachable):
-                    raise outcome
-                last_error = outcome
-            for plugin in list(self.manager.registered.values()):
-                if (plugin.registration_socket, plugin.socket_id) not in known:
-                    return plugin
-            if time.monotonic() >= deadline:
-                raise RegistrationError(
-                    f"no DRA plugin registered in {self.registry_dir} within {timeout} s"
-                    + (f": {last_error}" if last_error else "")
-                )
-            time.sleep(poll)
-
-    def plugin(self, driver: str | None = None) -> Plugin:
-        if driver is None:
-            with self.manager.lock:
-                drivers = list(self.manager.store)
-            if len(drivers) != 1:
-                raise KubeletError(f"name the driver: {len(drivers)} drivers are registered")
-            driver = drivers[0]
-        return self.manager.get(driver)
-
     # -- the DRA calls ----------------------------------------------------------------------------
     def _send(self, plugin: Plugin, method: str, claims: list[ClaimTuple]) -> Any:
         try:
             response = plugin.call(method, claims)
         except grpc.RpcError as exc:
-            self._record(
-                Call(method, plugin.driver, plugin.service, tuple(claims), None, f"{exc.code().name}: {exc.details()}")
-            )
+            error = f"{exc.code().name}: {exc.details()}"
+            self._record(Call(method, plugin.driver, plugin.service, tuple(claims), None, error, plugin.endpoint))
             raise
-        self._record(
-            Call(method, plugin.driver, plugin.service, tuple(claims), {u: e.error for u, e in response.claims.items()})
-        )
+        results = {u: e.error for u, e in response.claims.items()}
+        self._record(Call(method, plugin.driver, plugin.service, tuple(claims), results, None, plugin.endpoint))
         return response
 
     def _record(self, call: Call) -> None:
@@ -259,6 +157,11 @@ class FakeKubelet:
     def calls_of(self, method: str) -> list[Call]:
         with self._calls_lock:
             return [c for c in self.calls if c.method == method]
+
+    def endpoints_served(self, method: str | None = None) -> list[str]:
+        """The endpoint (instance) that served each call sent, in order; ``method`` filters."""
+        with self._calls_lock:
+            return [c.endpoint for c in self.calls if method is None or c.method == method]
 
     def prepare(
         self, claims: Iterable[ClaimTuple], *, driver: str | None = None, raise_on_error: bool = False
@@ -366,7 +269,7 @@ class FakeKubelet:
                             f"in namespace {claim_meta['namespace']}"
                         )
                     for device in result.devices:
-                        info.add_device(driver, _device_state(device))
+                        info.add_device(driver, device_state(device))
             unfinished = len(claims) - len(response.claims)
             if unfinished:
                 raise KubeletError(f"NodePrepareResources skipped {unfinished} ResourceClaims")
@@ -449,16 +352,3 @@ class FakeKubelet:
             for name in unprepared.values():
                 self.cache.delete(name, namespace)
             self.cache.sync_to_checkpoint()
-
-
-def _device_state(device: Any) -> DeviceState:
-    share_id = (
-        device.share_id if "share_id" in device.DESCRIPTOR.fields_by_name and device.HasField("share_id") else None
-    )
-    return DeviceState(
-        pool_name=device.pool_name,
-        device_name=device.device_name,
-        request_names=list(device.request_names),
-        cdi_device_ids=list(device.cdi_device_ids),
-        share_id=share_id,
-    )

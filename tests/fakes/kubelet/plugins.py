@@ -18,53 +18,48 @@ Modelled on (kubernetes/kubernetes, 1.34-1.36):
   ``RegisterPlugin`` (so a failing ``RegisterPlugin`` is not retried), then
   ``NotifyRegistrationStatus`` (5 s); ``GenerateUnregisterPluginFunc``: remove, then
   ``DeRegisterPlugin``.
-- ``pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go``: ``validateSupportedServices`` (the
-  plugin's first service kubelet speaks), ``add`` (one endpoint per driver: "endpoint ...
-  already registered"), ``remove``, ``GetPlugin``/``get`` (newest connected plugin, else the
-  newest), ``HandleConn`` (connected or not, then ``sync``), ``sync`` (a driver with no
-  connected plugin gets its ResourceSlices wiped after ``wipingDelay``, 30 s, unless one
-  connects first), ``wipeResourceSlices`` (see :mod:`.kube`).  gRPC's connection events are
-  observed here by dialling each endpoint every ``poll`` seconds while the manager runs.
-- ``pkg/kubelet/cm/dra/plugin/dra_plugin.go``: ``defaultClientCallTimeout`` (45 s) per call,
-  the chosen service's client.
+- ``pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go``, the one handler (``DRAPlugin`` type):
+  :class:`.draplugins.DRAPluginManager`, which :class:`PluginManager` extends; several
+  instances of one driver, each with its own registration socket, are each their own
+  registration here and one instance there.  gRPC's connection events are observed by dialling
+  each endpoint every ``poll`` seconds while the manager runs.
 
-Not modelled: several plugins of one driver at once are kept, but the health stream
-(``NodeWatchResources``) is another fake's job (tests/fakes/kubelet_health.py).
+Not modelled: the health stream (``NodeWatchResources``) is another fake's job
+(tests/fakes/kubelet_health.py).
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import stat
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
+from .draplugins import (
+    CALL_TIMEOUT,
+    SERVICES,
+    WIPING_DELAY,
+    DRAPluginManager,
+    KubeletError,
+    Plugin,
+    SocketId,
+    _accepts,
+)
 from .protos import APIS
 
 PLUGIN_TYPE = "DRAPlugin"
-V1 = "v1.DRAPlugin"
-V1BETA1 = "v1beta1.DRAPlugin"
-#: dra_plugin.go servicesSupportedByKubelet, most recent first
-SERVICES = (V1, V1BETA1)
 
 DIAL_TIMEOUT = 10.0  # operation_generator.go dialTimeoutDuration
 GET_INFO_TIMEOUT = 1.0  # operation_generator.go: GetInfo gets one second
 NOTIFY_TIMEOUT = 5.0  # operation_generator.go notifyTimeoutDuration
-CALL_TIMEOUT = 45.0  # dra_plugin.go defaultClientCallTimeout
-WIPING_DELAY = 30.0  # manager.go defaultWipingDelay
 RECONCILE_PERIOD = 1.0  # plugin_manager.go loopSleepDuration
 BACKOFF_INITIAL = 0.5  # exponentialbackoff.go initialDurationBeforeRetry
 BACKOFF_MAX = 122.0  # exponentialbackoff.go maxDurationBeforeRetry (2 min 2 s)
-
-
-class KubeletError(Exception):
-    """Base of the fake kubelet's errors."""
 
 
 class RegistrationError(KubeletError):
@@ -75,44 +70,6 @@ class Unreachable(RegistrationError):
     """The registration socket did not answer (yet): the reconciler tries again."""
 
 
-SocketId = tuple[int, int, int]
-
-
-@dataclass
-class Plugin:
-    """A registered DRA plugin (dra_plugin.go ``DRAPlugin`` plus ``monitoredPlugin.connected``)."""
-
-    driver: str
-    endpoint: str
-    service: str  # the chosen service: "v1.DRAPlugin" or "v1beta1.DRAPlugin"
-    registration_socket: str
-    supported_versions: list[str] = field(default_factory=list)
-    socket_id: SocketId | None = None  # identity of the registration socket file (its "timestamp")
-    call_timeout: float = CALL_TIMEOUT
-    connected: bool = False
-    channel: grpc.Channel | None = field(default=None, repr=False)
-
-    @property
-    def version(self) -> str:
-        return self.service.split(".", 1)[0]
-
-    @property
-    def api(self) -> Any:
-        """The proto package of the chosen service (message classes)."""
-        return APIS.dra[self.service]
-
-    def call(self, method: str, claims: list[tuple[str, str, str]]) -> Any:
-        """``NodePrepareResources``/``NodeUnprepareResources`` with the chosen service's client
-        (dra_plugin.go ``NodePrepareResources``): the raw response; gRPC errors propagate."""
-        if self.channel is None:
-            raise KubeletError(f"DRA driver {self.driver} plugin at {self.endpoint} is closed")
-        api = self.api
-        request = getattr(api, method + "Request")(
-            claims=[api.Claim(namespace=ns, uid=uid, name=name) for ns, uid, name in claims]
-        )
-        return api.unary(self.channel, "DRAPlugin", method)(request, timeout=self.call_timeout)
-
-
 @dataclass
 class Attempt:
     """One registration attempt: the socket, and None or the error (sent to the plugin when reachable)."""
@@ -121,12 +78,12 @@ class Attempt:
     error: str | None
 
 
-class PluginManager:
-    """The plugin watcher, reconciler and DRA registration handler of one kubelet.
+class PluginManager(DRAPluginManager):
+    """The plugin watcher, reconciler and operation executor of one kubelet, with its DRA
+    registration handler (the base class: ``store``, ``get``, ``sync``, wipes).
 
-    ``expected_driver`` is the fake's own check (not upstream's): a test kubelet that wants
-    one driver refuses others as a failed validation.  ``wipe(driver)`` deletes the driver's
-    ResourceSlices (None: kubelet without an API client, which cannot wipe: dra_plugin_manager.go ``sync``).
+    ``expected_driver``, ``services``, ``call_timeout``, ``wipe`` and ``wiping_delay`` are the
+    handler's (:class:`.draplugins.DRAPluginManager`).
     """
 
     def __init__(
@@ -141,24 +98,21 @@ class PluginManager:
         poll: float = 0.05,
         reconcile_period: float = RECONCILE_PERIOD,
     ) -> None:
+        super().__init__(
+            expected_driver=expected_driver,
+            services=services,
+            call_timeout=call_timeout,
+            wipe=wipe,
+            wiping_delay=wiping_delay,
+        )
         self.registry_dir = registry_dir
         self.reconcile_period = reconcile_period
-        self.expected_driver = expected_driver
-        self.services = services
-        self.call_timeout = call_timeout
-        self.wipe = wipe
-        self.wiping_delay = wiping_delay
         self.poll = poll
-        self.lock = threading.RLock()
-        #: actual state of the world: registration socket -> its plugin
+        #: actual state of the world (actual_state_of_world.go): registration socket -> its
+        #: instance; one entry per socket, so two instances of one driver are two entries
         self.registered: dict[str, Plugin] = {}
-        #: the DRA handler's store: driver -> plugins in the order they were added
-        self.store: dict[str, list[Plugin]] = {}
         #: every registration attempt, in order
         self.attempts: list[Attempt] = []
-        #: (driver, when) of every wipe that fired after a driver went away
-        self.wipes_fired: list[tuple[str, float]] = []
-        self._pending_wipes: dict[str, threading.Timer] = {}
         self._backoff: dict[tuple[str, SocketId | None], tuple[float, float]] = {}  # -> (retry at, last delay)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -239,15 +193,7 @@ class PluginManager:
             self._thread.join(timeout=10)
             self._thread = None
         with self.lock:
-            for timer in self._pending_wipes.values():
-                timer.cancel()
-            self._pending_wipes.clear()
-            for plugins in self.store.values():
-                for plugin in plugins:
-                    if plugin.channel is not None:
-                        plugin.channel.close()
-                        plugin.channel = None
-            self.store.clear()
+            self.close_connections()
             self.registered.clear()
 
     # -- operation generator -------------------------------------------------------------------------
@@ -310,104 +256,6 @@ class PluginManager:
             if plugin is not None:
                 self._remove(plugin.driver, plugin.endpoint)
 
-    # -- the DRA registration handler (dra_plugin_manager.go) --------------------------------------
-    def validate(self, driver: str, endpoint: str, supported: list[str]) -> str | None:
-        """``ValidatePlugin`` / ``validateSupportedServices``; first the fake's own expected-driver check."""
-        if self.expected_driver is not None and driver != self.expected_driver:
-            return f"plugin name {driver!r} is not the expected driver {self.expected_driver!r}"
-        prefix = f"invalid supported gRPC versions of DRA driver plugin {driver} at endpoint {endpoint}"
-        if not supported:
-            return f"{prefix}: empty list of supported gRPC services (aka supported versions)"
-        if not any(s in self.services for s in supported):
-            return (
-                f"{prefix}: none of services supported by the plugin ({_quoted(supported)}) "
-                f"are supported by the kubelet ({_quoted(list(self.services))})"
-            )
-        return None
-
-    def _choose_service(self, supported: list[str]) -> str:
-        return next(s for s in supported if s in self.services)  # the plugin's order, as kubelet
-
-    def _add(self, plugin: Plugin) -> str | None:
-        """``add``: one endpoint per driver; a channel; connect; then ``sync``."""
-        for old in self.store.get(plugin.driver, []):
-            if old.endpoint == plugin.endpoint:
-                return f"endpoint {plugin.endpoint} already registered for DRA driver plugin {plugin.driver}"
-        plugin.channel = grpc.insecure_channel("unix:" + plugin.endpoint)
-        plugin.connected = _accepts(plugin.endpoint)  # conn.Connect(), and ConnBegin when it answers
-        self.store.setdefault(plugin.driver, []).append(plugin)
-        self.sync(plugin.driver)
-        return None
-
-    def _remove(self, driver: str, endpoint: str) -> None:
-        """``remove``: drop the plugin, close its connection, ``sync``."""
-        plugins = self.store.get(driver, [])
-        for i, plugin in enumerate(plugins):
-            if plugin.endpoint == endpoint:
-                del plugins[i]
-                if not plugins:
-                    del self.store[driver]
-                if plugin.channel is not None:
-                    plugin.channel.close()
-                    plugin.channel = None
-                self.sync(driver)
-                return
-
-    def get(self, driver: str) -> Plugin:
-        """``GetPlugin``: the newest connected plugin of the driver, else the newest one."""
-        if not driver:
-            raise KubeletError("DRA driver name is empty")
-        with self.lock:
-            plugins = self.store.get(driver) or []
-            if not plugins:
-                raise KubeletError(f"DRA driver {driver} is not registered")
-            for plugin in reversed(plugins):
-                if plugin.connected:
-                    return plugin
-            return plugins[-1]
-
-    def monitor_connections(self) -> None:
-        """``monitoredPlugin.HandleConn``: a connection began or ended -> ``sync``."""
-        with self.lock:
-            for driver, plugins in list(self.store.items()):
-                changed = False
-                for plugin in plugins:
-                    now = _accepts(plugin.endpoint)
-                    if now != plugin.connected:
-                        plugin.connected = now
-                        changed = True
-                if changed:
-                    self.sync(driver)
-
-    def sync(self, driver: str) -> None:
-        """``sync``: usable again cancels a pending wipe; unusable queues one (once)."""
-        if self.wipe is None:
-            return  # no API client: cannot wipe
-        with self.lock:
-            if any(p.connected for p in self.store.get(driver, [])):  # usable
-                timer = self._pending_wipes.pop(driver, None)
-                if timer is not None:
-                    timer.cancel()
-                return
-            if driver in self._pending_wipes:
-                return  # already queued: the original deadline stands
-            timer = threading.Timer(self.wiping_delay, self._fire_wipe, args=(driver,))
-            timer.daemon = True
-            self._pending_wipes[driver] = timer
-            timer.start()
-
-    def pending_wipes(self) -> list[str]:
-        with self.lock:
-            return sorted(self._pending_wipes)
-
-    def _fire_wipe(self, driver: str) -> None:
-        with self.lock:
-            if self._pending_wipes.pop(driver, None) is None:
-                return  # cancelled meanwhile
-            self.wipes_fired.append((driver, time.monotonic()))
-        assert self.wipe is not None
-        self.wipe(driver)
-
     def close(self) -> None:
         self.stop()
 
@@ -420,11 +268,6 @@ def _notify(notify: Any, registered: bool, error: str) -> None:
         raise RegistrationError(f"NotifyRegistrationStatus failed: {exc.code().name}: {exc.details()}") from None
 
 
-def _quoted(values: list[str]) -> str:
-    """Go's ``%q`` of a ``[]string``."""
-    return "[" + " ".join(f'"{v}"' for v in values) + "]"
-
-
 def _socket_id(path: str) -> SocketId | None:
     """Tells a re-created socket from the old one (a freed inode number is soon reused)."""
     try:
@@ -432,15 +275,6 @@ def _socket_id(path: str) -> SocketId | None:
     except FileNotFoundError:
         return None
     return (st.st_dev, st.st_ino, st.st_ctime_ns)
-
-
-def _accepts(path: str) -> bool:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        try:
-            sock.connect(path)
-            return True
-        except OSError:
-            return False
 
 
 def _dial(path: str, timeout: float) -> None:
