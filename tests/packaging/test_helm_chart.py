@@ -204,7 +204,8 @@ def test_operational_values() -> None:
     assert spec["nodeSelector"] == {"node-role.example/net": "true"}
     main = kubelet_plugin(objects)
     assert {"--log-format=text", "--log-level=debug", "--health-address=:19180"} <= set(main["args"])
-    assert main["ports"] == [{"name": "health", "containerPort": 19180, "protocol": "TCP"}]
+    assert "ports" not in main  # a declared host port would keep the surge pod off the node
+    assert main["livenessProbe"]["httpGet"]["port"] == main["readinessProbe"]["httpGet"]["port"] == 19180
     # Merged with the defaults, key by key (Helm's coalescing), as the nodeSelector is.
     assert main["resources"] == {
         "requests": {"cpu": "100m", "memory": "256Mi"},
