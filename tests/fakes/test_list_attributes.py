@@ -16,12 +16,13 @@ import pytest
 from dracni.inventory.nics import Nic
 from dracni.inventory.slices import NUMA_NODE, build_slices
 from dracni.kube.api import ApiError, KubeApi
+from tests.fakes import test_device_taints as taint_tests
 from tests.fakes.apiserver import FakeApiServer
 from tests.kubeclient import serving
 
 GATE = "DRAListTypeAttributes"
-NODE = "node-a"
-DRIVER = "dracni.io"
+NODE = taint_tests.NODE
+DRIVER = taint_tests.DRIVER
 
 
 @pytest.fixture
@@ -41,17 +42,8 @@ def api(api_client) -> KubeApi:
 
 
 def slice_obj(attributes: dict, name: str = "s1") -> dict:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": name},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": NODE,
-            "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1},
-            "devices": [{"name": "eth1", "attributes": attributes}],
-        },
-    }
+    """One device, ``eth1``, with ``attributes`` (the taint tests' slice of node-a)."""
+    return taint_tests.slice_obj([{"name": "eth1", "attributes": attributes}], name)
 
 
 def refused(api: KubeApi, attributes: dict) -> str:
