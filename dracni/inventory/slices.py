@@ -45,6 +45,7 @@ __all__ = [
     "PCI_BUS_ID",
     "PCIE_ROOT",
     "NUMA_NODE",
+    "MAX_NUMA_NODES",
     "TAINT_EFFECTS",
     "LINK_DOWN",
     "LINK_GONE",
@@ -67,9 +68,13 @@ API_VERSION = "resource.k8s.io/v1"
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 #: Kubernetes 1.37 (k8s.io/dynamic-resource-allocation/deviceattribute
-#: ``StandardDeviceAttributeNUMANode``): an int, the kernel's ``numa_node``; omitted when the
-#: device has no NUMA affinity (-1), as ``GetNUMANodeAttributeByPCIBusID`` insists.
+#: ``StandardDeviceAttributeNUMANode``): the kernel's ``numa_node`` in the scalar form (``int``),
+#: which needs no feature gate; the list form (``ints``) needs ``DRAListTypeAttributes`` (alpha,
+#: off in 1.36 and 1.37) and a server without it drops and refuses it (docs/contracts.md
+#: section 4).  Omitted for no NUMA affinity (-1) and for a node number the helper refuses
+#: (``numa_linux.go GetNUMANodeAttribute``: at most ``maxNUMANodes`` - 1).
 NUMA_NODE = "resource.kubernetes.io/numaNode"
+MAX_NUMA_NODES = 1024
 
 #: Device taint effects (k8s ``pkg/apis/resource/types.go`` ``DeviceTaintEffect``) a link taint
 #: may carry; the service's ``--link-down-taint-effect`` also accepts ``None`` (no taint).
@@ -223,7 +228,7 @@ def device_for(nic: Nic, *, domain: str = defaults.DRIVER, name: str | None = No
         attrs[PCI_BUS_ID] = _string(nic.pci_address)
     if nic.pcie_root:
         attrs[PCIE_ROOT] = _string(nic.pcie_root)
-    if nic.numa_node is not None and nic.numa_node >= 0:
+    if nic.numa_node is not None and 0 <= nic.numa_node < MAX_NUMA_NODES:
         attrs[NUMA_NODE] = {"int": int(nic.numa_node)}
     assert len(attrs) <= DEVICE_MAX_ATTRIBUTES
     return {"name": name if name is not None else device_name(nic.name), "attributes": attrs}

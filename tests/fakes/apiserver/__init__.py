@@ -46,7 +46,9 @@ kube-apiserver that dracni uses (``docs/contracts.md`` sections 3-5), with the r
   ``FakeApiServer(node_name=...)``/``user_extra``) or ``arbitrary-node:<verb>`` on
   ``resourceclaims/driver`` named after the driver, and one that changes ``allocation`` or
   ``reservedFor`` needs the verb on ``resourceclaims/binding``; both are asked of the
-  ``authorizer`` hook and refused with 422 ``Forbidden``, as the status strategy does.
+  ``authorizer`` hook and refused with 422 ``Forbidden``, as the status strategy does;
+  ``DRAListTypeAttributes`` (off, alpha in 1.36 and 1.37): while it is off, list-type attribute
+  values are dropped from slices (an attribute left without a value is then refused).
 - ``/version``, ``/api``, ``/api/v1``, ``/apis``, ``/apis/resource.k8s.io[/v1]``, and each
   installed CRD's ``/apis/<group>[/<version>]`` (short names, categories): discovery.
 
@@ -87,7 +89,9 @@ The package, one job a module:
 - Feature gates: ``features.py`` (the gates; ``DRADeviceTaints`` too, on as from 1.36),
   ``device_taints.py`` (KEP-5055: slice taints defaulted, validated, dropped while the gate is
   off), ``consumable_capacity.py`` (KEP-5075: what is
-  dropped while the gate is off, request policy and shareID validation).
+  dropped while the gate is off, request policy and shareID validation), ``list_attributes.py``
+  (KEP-5491: ``ints``/``bools``/``strings``/``versions`` attribute values validated, counted
+  against 48 values a device, dropped while ``DRAListTypeAttributes`` is off, as in 1.36-1.37).
 - Upstream's shared rules, transcribed: ``field.py`` (apimachinery ``field.Error`` wording),
   ``clock.py`` (``metav1.Time``), ``claim_status.py`` (the claim status strategy: gates,
   authorization, validation), ``gojson.py`` (the bytes of Go's ``json.Marshal``, which ``data``'s

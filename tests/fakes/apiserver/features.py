@@ -4,7 +4,9 @@ kube-apiserver's consult ``utilfeature.DefaultFeatureGate``.
 Only the gates whose rules the fake models are known; a test may flip one at any time (as an
 upgrade or a downgrade of the API server would: objects already stored keep their fields, see
 the "in use" rules of each ``dropDisabled...`` function).  Defaults: k8s
-``pkg/features/kube_features.go`` (``defaultVersionedKubernetesFeatureGates``) at 1.36.
+``pkg/features/kube_features.go`` (``defaultVersionedKubernetesFeatureGates``) at 1.36, which
+1.37 keeps for these gates (``pkg/features/versioned_kube_features.go``: device status GA and
+locked on, device taints GA and on, list-type attributes still alpha and off).
 """
 
 from __future__ import annotations
@@ -22,11 +24,15 @@ DRA_RESOURCE_CLAIM_DEVICE_STATUS = "DRAResourceClaimDeviceStatus"
 #: beta (on) from 1.36; off stands for a 1.34/1.35 server.
 DRA_GRANULAR_STATUS_AUTHZ = "DRAResourceClaimGranularStatusAuthorization"
 
+#: KEP-5491 list-type attribute values (``ints``, ``strings``, ...): alpha (off) in 1.36 and 1.37.
+DRA_LIST_TYPE_ATTRIBUTES = "DRAListTypeAttributes"
+
 DEFAULTS: dict[str, bool] = {
     DRA_CONSUMABLE_CAPACITY: True,
     DRA_DEVICE_TAINTS: True,
     DRA_RESOURCE_CLAIM_DEVICE_STATUS: True,
     DRA_GRANULAR_STATUS_AUTHZ: True,
+    DRA_LIST_TYPE_ATTRIBUTES: False,
 }
 
 

@@ -117,7 +117,9 @@ DEVICE = {
         "bindingFailureConditions",
         "allowMultipleAllocations",
     ),
-    "attributes": MapOf(_fields("int", "bool", "string", "version")),
+    # DeviceAttribute: the list forms exist in the type from 1.36 (KEP-5491); a 1.34/1.35 server
+    # drops them as unknown fields, a 1.36+ one by its strategy while the gate is off.
+    "attributes": MapOf(_fields("int", "bool", "string", "version", "ints", "bools", "strings", "versions")),
     "capacity": MapOf(
         {
             "value": ANY,

@@ -4,14 +4,15 @@ node immutable), field selectors ``spec.nodeName``, ``spec.driver``, ``metadata.
 Capacity quantities are decoded (400) and stored in canonical form; ``dropDisabledFields`` runs
 before validation (``consumable_capacity.py``: ``allowMultipleAllocations`` and request policies
 go while ``DRAConsumableCapacity`` is off; ``device_taints.py``: taints get ``timeAdded``
-defaulted, are validated, cap a slice at 64 devices, and go while ``DRADeviceTaints`` is off).
+defaulted, are validated, cap a slice at 64 devices, and go while ``DRADeviceTaints`` is off;
+``list_attributes.py``: list-type attribute values are validated, counted against 48 values a
+device, and go while ``DRAListTypeAttributes`` is off).
 Test helpers: ``create_slice``, ``get_slice``,
 ``list_slices``, ``delete_all_slices``."""
 
 from __future__ import annotations
 
 import copy
-import re
 from typing import Any
 
 from . import crud
@@ -19,6 +20,7 @@ from . import field as fe
 from .consumable_capacity import capacity_errors, decode_slice_capacities, drop_slice_fields
 from .device_taints import default_taint_times, device_taint_errors, drop_taint_fields, max_devices
 from .features import FeatureGates
+from .list_attributes import MAX_ATTRIBUTE_VALUES, SEMVER, drop_list_attributes, list_value_errors, value_count
 from .names import (
     dns_label_errors,
     dns_subdomain_errors,
@@ -31,11 +33,6 @@ from .resources import RESOURCES, Kind, Obj
 from .store import Store
 
 SLICES = RESOURCES["resourceslices"]
-_SEMVER = re.compile(
-    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
-    r"(-(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*)?"
-    r"(\+[0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*)?$"
-)
 
 
 def validate_slice(obj: Obj, old: Obj | None = None) -> list[str]:
@@ -129,6 +126,11 @@ def validate_slice(obj: Obj, old: Obj | None = None) -> list[str]:
         combined = len(attributes) + len(capacity)
         if combined > 32:
             errs.append(fe.invalid(path, combined, "the total number of attributes and capacities must not exceed 32"))
+        values = value_count(attributes)
+        if values > MAX_ATTRIBUTE_VALUES:
+            errs.append(
+                fe.invalid(path, values, f"the total number of attribute values must not exceed {MAX_ATTRIBUTE_VALUES}")
+            )
     limit = max_devices(obj)
     if len(devices) > limit:
         errs.append(fe.too_many("spec.devices", len(devices), limit))
@@ -157,13 +159,15 @@ def _attribute_errors(path: str, attribute: Any) -> list[str]:
             errs.append(fe.too_long(f"{path}.string", 64))
     if "version" in present:
         value = attribute["version"]
-        if not isinstance(value, str) or not _SEMVER.match(value):
+        if not isinstance(value, str) or not SEMVER.match(value):
             errs.append(fe.invalid(f"{path}.version", value, "must be a string compatible with semver.org spec 2.0.0"))
         elif len(value) > 64:
             errs.append(fe.too_long(f"{path}.version", 64))
-    if not present:
+    lists, list_errs = list_value_errors(path, attribute)
+    errs.extend(list_errs)
+    if not present and not lists:
         errs.append(fe.required(path, "exactly one value must be specified"))
-    elif len(present) > 1:
+    elif len(present) + lists > 1:
         errs.append(fe.invalid(path, attribute, "exactly one value must be specified"))
     return errs
 
@@ -176,6 +180,7 @@ def _drop_disabled(new: Obj, old: Obj | None, gates: FeatureGates) -> None:
     default_taint_times(new)
     drop_taint_fields(new, old, gates)
     drop_slice_fields(new, old, gates)
+    drop_list_attributes(new, old, gates)
 
 
 def _prepare_create(obj: Obj) -> tuple[Obj, list[str]]:

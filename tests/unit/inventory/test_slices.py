@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import random
 import re
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -25,6 +26,7 @@ from dracni.inventory.slices import (
     LABEL_NODE,
     LINK_DOWN,
     LINK_GONE,
+    MAX_NUMA_NODES,
     NUMA_NODE,
     PCI_BUS_ID,
     PCIE_ROOT,
@@ -369,6 +371,15 @@ def test_device_for_virtual_nic_omits_unknowns():
         assert f"dracni.io/{absent}" not in a
     assert PCI_BUS_ID not in a and PCIE_ROOT not in a and NUMA_NODE not in a
     assert "dracni.io/mac" not in device_for(Nic("tun0", 3, kind="tun"))["attributes"]
+
+
+def test_standard_numa_node_is_a_scalar_within_the_helpers_range():
+    """``numa_linux.go GetNUMANodeAttribute``: node numbers 0..1023 only, scalar form (no gate
+    needed; the list form would be dropped and refused by a 1.36/1.37 server, gate off)."""
+    assert device_for(replace(PF, numa_node=0))["attributes"][NUMA_NODE] == {"int": 0}
+    assert device_for(replace(PF, numa_node=MAX_NUMA_NODES - 1))["attributes"][NUMA_NODE] == {"int": 1023}
+    beyond = device_for(replace(PF, numa_node=MAX_NUMA_NODES))["attributes"]
+    assert NUMA_NODE not in beyond and beyond["dracni.io/numaNode"] == {"int": 1024}
 
 
 def test_device_for_uses_the_driver_domain_and_given_name():
