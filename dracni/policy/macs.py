@@ -75,6 +75,8 @@ def check_claim_macs(params: DeviceParameters, where: str) -> None:
         while stack:
             node, path = stack.pop()
             for key, child in node.items():
+                if key == "capabilities":  # {"mac": true} declares the capability: no MAC in it
+                    continue
                 if key == MAC_KEY:
                     node[key] = check_mac(child, None, f"{path}.{key}")
                 elif isinstance(child, dict):

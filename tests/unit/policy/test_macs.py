@@ -148,6 +148,17 @@ def test_full_config_macs_are_checked_and_normalised() -> None:
     assert spec["runtimeConfig"]["mac"] == "02:00:00:00:00:09"
 
 
+def test_a_declared_mac_capability_is_no_mac() -> None:
+    """``capabilities: {"mac": true}`` says the plugin takes a MAC from the runtime: it is not one."""
+    own = attach(
+        config=plugin("macvlan", ipam=HOST_LOCAL, capabilities={"mac": True}),
+        runtimeConfig={"mac": "02:00:00:00:00:0b"},
+    )
+    spec = resolve(claim(from_claim(own)), FULL)["devices"][0]
+    assert spec["config"]["plugins"][0]["capabilities"] == {"mac": True}
+    assert spec["runtimeConfig"]["mac"] == "02:00:00:00:00:0b"
+
+
 @pytest.mark.parametrize(
     ("own", "field"),
     [
