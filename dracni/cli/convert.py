@@ -43,6 +43,7 @@ from .multus import (
 from .options import driver_option, policy_options
 
 if TYPE_CHECKING:
+    from ..params import DeviceParameters
     from ..policy.config import TenantPolicy
 
 PARAMS_HEAD = {"apiVersion": "dracni.io/v1alpha1", "kind": "NetworkAttachment"}
@@ -149,7 +150,7 @@ def _network(path: str, nad: dict[str, Any], policy: TenantPolicy, driver: str, 
     params = {**PARAMS_HEAD, "config": config}
     try:
         checked = validate_parameters(params, where="spec")
-        check_claim_config(checked, dataclasses.replace(policy, claim_configs=FULL), "spec")
+        check_claim_config(_without_capabilities(checked), dataclasses.replace(policy, claim_configs=FULL), "spec")
     except ParameterError as exc:
         problems.append(Problem(path, obj, exc.field, f"{exc.reason} (the tenant policy, as dracni validate)"))
         return Network(None)
@@ -172,6 +173,16 @@ def _network(path: str, nad: dict[str, Any], policy: TenantPolicy, driver: str, 
         key for p in plugins if isinstance(p, dict) for key, on in (p.get("capabilities") or {}).items() if on
     }
     return Network(device_class, frozenset(capabilities))
+
+
+def _without_capabilities(params: DeviceParameters) -> DeviceParameters:
+    """``params`` without the plugins' ``capabilities``, for the tenant checks alone: declaring
+    them is the class's right (the ips/mac a claim then sends are checked per claim), and the
+    MAC rule reads every ``mac`` key at any depth, ``capabilities.mac: true`` included."""
+    copied = copy.deepcopy(params)
+    for plugin in (copied["config"] or {}).get("plugins", []):
+        plugin.pop("capabilities", None)
+    return copied
 
 
 def _strip_device_keys(

@@ -153,7 +153,9 @@ def _is_ip(text: str) -> bool:
 
 
 def nad_config(nad: dict[str, Any]) -> dict[str, Any]:
-    """The CNI configuration of a NAD: ``spec.config``, a JSON string (one plugin or a conflist)."""
+    """The CNI configuration of a NAD: ``spec.config``, a JSON string (one plugin or a conflist),
+    named after the NAD when it has no name, as Multus does (multus-cni pkg/k8sclient,
+    ``getCNIConfigFromSpec``)."""
     raw = (nad.get("spec") or {}).get("config")
     if not raw:
         raise Unreadable(
@@ -166,6 +168,8 @@ def nad_config(nad: dict[str, Any]) -> dict[str, Any]:
         raise Unreadable("spec.config", f"not JSON: {exc}") from None
     if not isinstance(config, dict):
         raise Unreadable("spec.config", "must be a JSON string holding a CNI config object")
+    if not config.get("name"):
+        config["name"] = (nad.get("metadata") or {}).get("name")
     return config
 
 
