@@ -11,6 +11,7 @@ import click
 
 from .. import __version__
 from .claims import inspect, prepare, publish_status, unprepare, validate
+from .convert import convert_command
 from .node import install, inventory, uninstall
 from .service import kubelet_plugin
 
@@ -21,7 +22,18 @@ def main() -> None:
     """dracni: Kubernetes DRA network attachments through CNI."""
 
 
-for _command in (prepare, unprepare, publish_status, inspect, validate, kubelet_plugin, install, uninstall, inventory):
+for _command in (
+    prepare,
+    unprepare,
+    publish_status,
+    inspect,
+    validate,
+    kubelet_plugin,
+    install,
+    uninstall,
+    inventory,
+    convert_command,
+):
     main.add_command(_command)
 
 __all__ = ["install", "kubelet_plugin", "main"]
