@@ -177,8 +177,8 @@ def _network(path: str, nad: dict[str, Any], policy: TenantPolicy, driver: str, 
 
 def _without_capabilities(params: DeviceParameters) -> DeviceParameters:
     """``params`` without the plugins' ``capabilities``, for the tenant checks alone: declaring
-    them is the class's right (the ips/mac a claim then sends are checked per claim), and the
-    MAC rule reads every ``mac`` key at any depth, ``capabilities.mac: true`` included."""
+    them (portMappings included) is the class's right, and the ips/mac a claim then sends are
+    checked per claim."""
     copied = copy.deepcopy(params)
     for plugin in (copied["config"] or {}).get("plugins", []):
         plugin.pop("capabilities", None)
