@@ -62,7 +62,8 @@ class HealthServer:
         self._thread.start()
 
     def stop(self) -> None:
-        self.httpd.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for serve_forever: only a started server
+            self.httpd.shutdown()
         self.httpd.server_close()
 
 

@@ -34,6 +34,7 @@ def test_two_instances_share_the_port_and_either_answers():
 def test_without_sharing_a_second_server_cannot_bind_the_port():
     port = _free_port()
     first = HealthServer(f"127.0.0.1:{port}", lambda: (True, "ok"))
+    first.start()
     try:
         with pytest.raises(OSError):
             HealthServer(f"127.0.0.1:{port}", lambda: (True, "ok"))
