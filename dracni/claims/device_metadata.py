@@ -218,22 +218,23 @@ def read_stream(path: str) -> list[dict[str, Any]]:
     """The objects of a metadata file, [] when it is missing or unreadable."""
     try:
         with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError:
+            return parse_stream(f.read())
+    except (OSError, ValueError):
         return []
+
+
+def parse_stream(text: str) -> list[dict[str, Any]]:
+    """The objects of a JSON stream (what a consumer reads); ValueError when it is not one."""
     decoder, at = json.JSONDecoder(), 0
     objects: list[dict[str, Any]] = []
-    try:
-        while True:
-            while at < len(text) and text[at].isspace():
-                at += 1
-            if at >= len(text):
-                return objects
-            obj, at = decoder.raw_decode(text, at)
-            if isinstance(obj, dict):
-                objects.append(obj)
-    except ValueError:
-        return []
+    while True:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at >= len(text):
+            return objects
+        obj, at = decoder.raw_decode(text, at)
+        if isinstance(obj, dict):
+            objects.append(obj)
 
 
 def _devices(obj: dict[str, Any]) -> list[dict[str, Any]]:

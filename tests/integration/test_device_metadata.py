@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dracni.claims.device_metadata import read_stream
+from dracni.claims.device_metadata import parse_stream, read_stream
 from tests.integration.conftest import addresses, assert_records_match_schema, macvlan, one_device_claim
 
 DRIVER = "dracni.io"
@@ -127,7 +127,7 @@ def test_a_podman_container_reads_the_file_at_the_upstream_path(lab, pod_uid, tm
             env={**os.environ, "TMPDIR": str(tmp_path)},
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr.decode()
-        (seen,) = read_stream_text(proc.stdout.decode())
+        (seen,) = parse_stream(proc.stdout.decode())
         if os.environ.get("DRACNI_METADATA_SAMPLE"):  # keep what the container read (a report's example)
             Path(os.environ["DRACNI_METADATA_SAMPLE"]).write_text(proc.stdout.decode())
         assert seen["requests"][0]["devices"][0]["networkData"] == {
@@ -142,14 +142,3 @@ def test_a_podman_container_reads_the_file_at_the_upstream_path(lab, pod_uid, tm
         lab.dracni("unprepare", str(lab.claims_dir), f"--state-dir={lab.state_dir}", check=False)
         spec.unlink(missing_ok=True)
     assert not file.exists() and not spec.exists()
-
-
-def read_stream_text(text: str) -> list[dict]:
-    decoder, out, at = json.JSONDecoder(), [], 0
-    text = text.strip()
-    while at < len(text):
-        obj, at = decoder.raw_decode(text, at)
-        out.append(obj)
-        while at < len(text) and text[at].isspace():
-            at += 1
-    return out
