@@ -94,7 +94,8 @@ def prepare(
             click.echo(f"claim {uid}: error: {outcome.error}", err=True)
         else:
             devices = ", ".join(f"{d['request']}={d['pool']}/{d['device']}" for d in outcome.devices)
-            click.echo(f"claim {uid}: prepared {devices}")
+            cdi = sorted({i for d in outcome.devices for i in d.get("cdiDeviceIDs") or []})
+            click.echo(f"claim {uid}: prepared {devices}" + (f" (CDI devices: {', '.join(cdi)})" if cdi else ""))
     if failed:
         sys.exit(1)
 

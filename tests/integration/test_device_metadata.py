@@ -57,7 +57,8 @@ def test_add_writes_network_data_del_removes_it(lab, pod_uid):
     lab.write_conflist()
     claim = one_device_claim("mv", pod_uid, [macvlan(lab)])
     cdi_dir = lab.tmp / "cdi"
-    _prepare(lab, claim, cdi_dir)
+    out = _prepare(lab, claim, cdi_dir)
+    assert f"(CDI devices: {DRIVER}/metadata={claim['metadata']['uid']}_net)" in out
     file, spec = _paths(lab, claim, cdi_dir)
     (before,) = read_stream(str(file))
     assert before["apiVersion"] == "metadata.resource.k8s.io/v1alpha1"
