@@ -17,7 +17,7 @@ PYBUNDLE := dist/dracni/dracni-python
 NATIVE_CFLAGS := -static -O2 -Wall -Wextra -Werror
 APT_PACKAGES := containernetworking-plugins iproute2 golang-go golang-github-appc-cni-dev containerd runc busybox-static \
                 python3-venv python3-dev binutils xz-utils dpkg-dev iptables gcc libc6-dev \
-                buildah debootstrap
+                buildah debootstrap podman
 SOURCES := $(shell find dracni cmd spec packaging -type f -not -path '*/__pycache__/*' 2>/dev/null) pyproject.toml
 
 .PHONY: help deps sysdeps venv tools binary test unit integration demo bench clean lint image-test

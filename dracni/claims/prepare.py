@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dracni import jsonio
+from dracni.claims.device_metadata import base_request, remove_claim_files
 from dracni.claims.resolve import ClaimError, resolve_claim
 from dracni.claims.sticky import IpamClaimGetter, pin_addresses
 from dracni.kubelet.driver import PrepareResult
@@ -21,6 +22,7 @@ from dracni.state import facts
 from dracni.state.store import StateDir, StateError
 
 if TYPE_CHECKING:
+    from dracni.claims.device_metadata import MetadataWriter
     from dracni.claims.pool_addresses import PoolAddresses
     from dracni.policy.binding import DeviceLookup
     from dracni.policy.config import TenantPolicy
@@ -50,7 +52,8 @@ class Resolver:
     its files in ``state``'s ``ipam/``.  ``ipamclaims`` reads an IPAMClaim (namespace, name) for
     attachments that name one; without it (clusterless use) such an attachment fails to prepare.
     ``pools`` reserves the addresses of networks with an address pool (``claims/pool_addresses.py``);
-    without it (clusterless use) such a network fails to prepare.
+    without it (clusterless use) such a network fails to prepare.  ``metadata`` writes the
+    device metadata files (KEP-5304, ``claims/device_metadata.py``); None: the feature is off.
     """
 
     state: StateDir
@@ -60,13 +63,15 @@ class Resolver:
     devices: DeviceLookup | None = None
     ipamclaims: IpamClaimGetter | None = None
     pools: PoolAddresses | None = None
+    metadata: MetadataWriter | None = None
 
     def resolve(self, claim: dict[str, Any], source: str | None = None) -> Resolved:
         """Resolve one ResourceClaim object into its PreparedClaim record, without the state lock.
 
         Keyed by claim UID (``<namespace>/<name>`` for a claim without one, which always fails).
         ``source``: the manifest file the claim came from (clusterless use).  Safe to call for
-        several claims at once (it reads the API server and netlink, and writes nothing).
+        several claims at once (it reads the API server and netlink, and writes nothing but
+        the claim's own device metadata files).
         """
         key = _claim_key(claim)
         try:
@@ -81,12 +86,15 @@ class Resolver:
             )
             pin_addresses(claim, record, driver=self.driver, ipamclaims=self.ipamclaims)
             self._pool_addresses(claim, record)
+            cdi_ids = self.metadata.write(claim, record) if self.metadata is not None else {}
+        except OSError as exc:
+            return Resolved(key, PrepareResult(error=f"cannot write the device metadata: {exc}"))
         except ClaimError as exc:
             return Resolved(key, PrepareResult(error=str(exc)))
         except Exception as exc:  # a bug must not fail the other claims of the call
             log.exception("preparing claim %s failed", key)
             return Resolved(key, PrepareResult(error=f"internal error: {type(exc).__name__}: {exc}"))
-        return Resolved(key, PrepareResult(devices=[_device_key(d) for d in record["devices"]]), record)
+        return Resolved(key, PrepareResult(devices=[_device_key(d, cdi_ids) for d in record["devices"]]), record)
 
     def _pool_addresses(self, claim: dict[str, Any], record: PreparedClaim) -> None:
         if self.pools is not None:
@@ -151,14 +159,22 @@ def unprepare_claims(state: StateDir, uids: list[str]) -> dict[str, str | None]:
 
     Attachment records and the status outbox stay: CNI DEL and the status publisher still
     need them after the claim is unprepared.  The failures failed ADDs left in the claim's
-    status end here (``facts.unprepared``).
+    status end here (``facts.unprepared``), as do the claim's device metadata files (upstream
+    ``cleanupClaim``), whatever the current flags say: the record names them.
     """
     try:
+        records = state.read_claims(uids, [])  # an unreadable record: no files to name
         state.remove_claims(uids)
         facts.unprepared(state, uids)
     except StateError as exc:
         return {uid: str(exc) for uid in uids}
-    return dict.fromkeys(uids)
+    errors: dict[str, str | None] = dict.fromkeys(uids)
+    for record in records:
+        try:
+            remove_claim_files(record)
+        except OSError as exc:
+            errors[record["uid"]] = f"cannot remove the device metadata files: {exc}"
+    return errors
 
 
 def _unwritable(record: PreparedClaim) -> str | None:
@@ -185,8 +201,14 @@ def _stable_fields(record: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in _VOLATILE}
 
 
-def _device_key(device: DeviceSpec) -> dict[str, Any]:
-    return {k: device.get(k) for k in ("request", "pool", "device", "shareID")}
+def _device_key(device: DeviceSpec, cdi_ids: dict[str, str]) -> dict[str, Any]:
+    """The device as NodePrepareResources names it, with the CDI device of its request's
+    metadata file (upstream ``processPreparedClaim``: one per base request)."""
+    key: dict[str, Any] = {k: device.get(k) for k in ("request", "pool", "device", "shareID")}
+    cdi_id = cdi_ids.get(base_request(device["request"]))
+    if cdi_id:
+        key["cdiDeviceIDs"] = [cdi_id]
+    return key
 
 
 def _claim_key(claim: object) -> str:

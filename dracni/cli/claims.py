@@ -8,13 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .. import jsonio
+from .. import defaults, jsonio
 from .options import (
     driver_option,
     manifests_at,
+    metadata_options,
     policy_options,
     select_claims,
     sharing_options,
+    shown,
     state_at,
     state_dir_option,
 )
@@ -37,6 +39,9 @@ if TYPE_CHECKING:
     metavar="PATH",
     help="Network namespace holding the node's NICs, which allocated devices name; default: this one.",
 )
+@metadata_options
+@shown("--plugins-dir", defaults.PLUGINS_DIR, "With --device-metadata-versions: the metadata files go under "
+       "<dir>/<driver>/dra-device-metadata/.", envvar="DRACNI_PLUGINS_DIR")  # fmt: skip
 @state_dir_option
 @driver_option
 def prepare(
@@ -46,6 +51,8 @@ def prepare(
     policy: TenantPolicy,
     sharing: Sharing,
     nic_netns: str | None,
+    metadata: tuple[tuple[str, ...], str],
+    plugins_dir: str,
     state_dir: str,
     driver: str,
 ) -> None:
@@ -54,11 +61,13 @@ def prepare(
     The same guards as the kubelet plugin's: the claim's UID, with --node, that its devices
     are allocated from this node's pool, and the tenant policy.
     """
+    from ..claims.device_metadata import metadata_writer
     from ..claims.driver import network_plugin
     from ..claims.prepare import Resolver
     from ..inventory.lookup import NodeDevices
     from ..kubelet.answers import uid_problem
     from ..kubelet.driver import ClaimRef
+    from ..kubelet.sockets import plugin_data_dir
 
     source = manifests_at(claims_path)
     refs = [
@@ -66,7 +75,10 @@ def prepare(
         for c in select_claims(source, names)
     ]
     lookup = NodeDevices(netns=nic_netns, sharing=sharing)
-    resolver = Resolver(state=state_at(state_dir), driver=driver, node=node, policy=policy, devices=lookup)
+    writer = metadata_writer(driver, plugin_data_dir(plugins_dir, driver), metadata[1], metadata[0], lookup)
+    resolver = Resolver(
+        state=state_at(state_dir), driver=driver, node=node, policy=policy, devices=lookup, metadata=writer
+    )
     helper, _ = network_plugin(resolver, claims=source, source_path=source.path_of)
     failed = len(source.skipped)
     for message in source.skipped:
@@ -82,7 +94,8 @@ def prepare(
             click.echo(f"claim {uid}: error: {outcome.error}", err=True)
         else:
             devices = ", ".join(f"{d['request']}={d['pool']}/{d['device']}" for d in outcome.devices)
-            click.echo(f"claim {uid}: prepared {devices}")
+            cdi = sorted({i for d in outcome.devices for i in d.get("cdiDeviceIDs") or []})
+            click.echo(f"claim {uid}: prepared {devices}" + (f" (CDI devices: {', '.join(cdi)})" if cdi else ""))
     if failed:
         sys.exit(1)
 

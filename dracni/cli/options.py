@@ -88,6 +88,38 @@ _SHARING_OPTIONS = [
 ]
 
 
+#: Device metadata (KEP-5304, claims/device_metadata.py), in ``--help`` order.
+_METADATA_OPTIONS = [
+    click.option(
+        "--device-metadata-versions",
+        envvar="DRACNI_DEVICE_METADATA_VERSIONS",
+        default="",
+        metavar="LIST",
+        help="Write device metadata (KEP-5304) in these versions of metadata.resource.k8s.io, "
+        "e.g. v1alpha1 or v1beta1,v1alpha1 (commas; the first is the one consumers try first); "
+        "empty (default): none.",
+    ),
+    shown("--cdi-dir", "/var/run/cdi", "Where the device metadata's CDI specs go.", envvar="DRACNI_CDI_DIR"),
+]
+
+
+def metadata_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Device metadata's settings, handed to the command as ONE parameter, ``metadata:
+    tuple[versions, cdi_dir]``, checked before the command runs."""
+
+    @functools.wraps(command)
+    def with_metadata(*args: Any, device_metadata_versions: str, cdi_dir: str, **kwargs: Any) -> Any:
+        from ..claims.device_metadata import parse_versions
+
+        try:
+            versions = parse_versions(device_metadata_versions)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--device-metadata-versions") from None
+        return command(*args, metadata=(versions, cdi_dir), **kwargs)
+
+    return _under(_METADATA_OPTIONS, with_metadata)
+
+
 def policy_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The tenant policy's settings, handed to the command as ONE parameter, ``policy:
     TenantPolicy`` (``tenant_policy``), before the command runs: a bad policy stops it first.

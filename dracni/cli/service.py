@@ -9,6 +9,7 @@ import click
 from .. import defaults
 from .options import (
     driver_option,
+    metadata_options,
     policy_options,
     sharing_options,
     shown,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 )
 @policy_options
 @sharing_options
+@metadata_options
 @click.option("--nic-include", multiple=True, metavar="GLOB", help="Publish only NICs matching (repeatable).")
 @click.option("--nic-exclude", multiple=True, metavar="GLOB", help="Never publish NICs matching (repeatable).")
 @click.option(
@@ -95,6 +97,7 @@ def kubelet_plugin(
     log_level: str,
     policy: TenantPolicy,
     sharing: Sharing,
+    metadata: tuple[tuple[str, ...], str],
     nic_include: tuple[str, ...],
     nic_exclude: tuple[str, ...],
     publish_slices: bool,
@@ -124,5 +127,7 @@ def kubelet_plugin(
         netns=nic_netns,
         link_taint_effect=link_down_taint_effect,
         instance=None if fixed_socket_names else (instance_id or None),
+        device_metadata_versions=metadata[0],
+        cdi_dir=metadata[1],
     )
     Service(opts).run_until_signalled()

@@ -200,3 +200,20 @@ def gc_network(runner: DelegateRunner, plugin: JSON, network: str, valid: list[J
     conf["cni.dev/valid-attachments"] = valid
     runner.exec(binary, "GC", conf, NO_CONTAINER)
     return True
+
+
+def merge_results(results: list[JSON]) -> JSON:
+    """One result listing every interface, address and route of several delegate chains."""
+    merged: JSON = {"cniVersion": LATEST, "interfaces": [], "ips": [], "routes": [], "dns": {}}
+    for result in results:
+        offset = len(merged["interfaces"])
+        merged["interfaces"] += result.get("interfaces") or []
+        for ip in result.get("ips") or []:
+            ip = dict(ip)
+            if isinstance(ip.get("interface"), int):
+                ip["interface"] += offset
+            merged["ips"].append(ip)
+        merged["routes"] += result.get("routes") or []
+        if result.get("dns") and not merged["dns"]:
+            merged["dns"] = result["dns"]
+    return {k: v for k, v in merged.items() if v or k in ("cniVersion", "dns")}

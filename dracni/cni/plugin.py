@@ -12,12 +12,12 @@ from ..clock import now_rfc3339
 from ..state import facts
 from ..state import records as R
 from . import errors as E
-from .conflist import add_chain, build_chain, check_chain, del_chain
+from .conflist import add_chain, build_chain, check_chain, del_chain, merge_results
 from .delegate import DelegateRunner, RuntimeConf
 from .errors import CNIError
 from .log import log
 from .plan import PlannedDevice, plan
-from .versions import LATEST, at_least, from_current, require_command_version
+from .versions import at_least, from_current, require_command_version
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -177,6 +177,10 @@ class MetaPlugin:
         dev["result"] = add_chain(self.runner, dev["delegates"], self._runtime(dev["ifName"]))
         if dev.get("requestedIPs"):
             self._check_pinned(dev)
+        if dev.get("metadataFile"):  # device metadata (KEP-5304): networkData before the containers start
+            from .devmeta import after_add
+
+            after_add(dev)
 
     @staticmethod
     def _check_pinned(dev: AttachedDevice) -> None:
@@ -256,8 +260,14 @@ class MetaPlugin:
         return RuntimeConf(self.req.container_id, self.req.netns, ifname)
 
     def _del_device(self, dev: AttachedDevice, rt: RuntimeConf | None = None) -> list[str]:
-        """DEL one device's delegates (see ``del_chain``); the failures that must be retried."""
-        return del_chain(self.runner, dev["delegates"], dev.get("result"), rt or self._runtime(dev["ifName"]))
+        """DEL one device's delegates (see ``del_chain``), then its networkData from its device
+        metadata file; the failures that must be retried."""
+        problems = del_chain(self.runner, dev["delegates"], dev.get("result"), rt or self._runtime(dev["ifName"]))
+        if dev.get("metadataFile") and not problems:
+            from .devmeta import after_del
+
+            problems += after_del(dev)
+        return problems
 
     def _delete_without_record(self) -> None:
         """The attachment record is gone (state dir wiped): DEL from the prepared claims, best effort."""
@@ -380,20 +390,3 @@ class MetaPlugin:
             self.state.check_usable()
         except StateError as exc:
             raise CNIError(E.NOT_AVAILABLE, f"dracni cannot serve ADD: {exc}") from None
-
-
-def merge_results(results: list[JSON]) -> JSON:
-    """One result listing every interface, address and route of several delegate chains."""
-    merged: JSON = {"cniVersion": LATEST, "interfaces": [], "ips": [], "routes": [], "dns": {}}
-    for result in results:
-        offset = len(merged["interfaces"])
-        merged["interfaces"] += result.get("interfaces") or []
-        for ip in result.get("ips") or []:
-            ip = dict(ip)
-            if isinstance(ip.get("interface"), int):
-                ip["interface"] += offset
-            merged["ips"].append(ip)
-        merged["routes"] += result.get("routes") or []
-        if result.get("dns") and not merged["dns"]:
-            merged["dns"] = result["dns"]
-    return {k: v for k, v in merged.items() if v or k in ("cniVersion", "dns")}

@@ -8,12 +8,13 @@ node is looked at when a claim is prepared, not cached: interfaces come and go.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..policy.binding import DeviceFacts
 from .links import LinkDB
 from .nics import Nic, discover_nics
 from .sharing import Sharing
-from .slices import Offer, offers
+from .slices import Offer, device_for, offered_device, offers
 
 
 class NodeDevices:
@@ -45,9 +46,25 @@ class NodeDevices:
         self.sharing = sharing
 
     def __call__(self, pool: str, device: str) -> DeviceFacts | None:
+        offer = self._offer(device)
+        return _facts(offer) if offer is not None else None
+
+    def attributes(self, pool: str, device: str, *, domain: str) -> dict[str, Any] | None:
+        """The device's attributes as the node's ResourceSlice has them (``slices.offered_device``),
+        for its device metadata file (KEP-5304); None when this node has no such device."""
+        offer = self._offer(device)
+        if offer is None:
+            return None
+        if self.sharing is None:
+            published = device_for(offer.nic, domain=domain, name=offer.name)
+        else:
+            published = offered_device(offer, domain=domain, sharing=self.sharing)
+        attributes: dict[str, Any] = published["attributes"]
+        return attributes
+
+    def _offer(self, device: str) -> Offer | None:
         if self.published is not None:
-            offer = self.published().get(device)
-            return _facts(offer) if offer is not None else None
+            return self.published().get(device)
         try:
             nics = discover_nics(netns=self.netns, links=self.links)
         except OSError:
@@ -57,7 +74,7 @@ class NodeDevices:
             found = [o for o in offers(chosen, self.sharing) if o.name == device]
         except ValueError:
             return None
-        return _facts(found[0]) if found else None
+        return found[0] if found else None
 
 
 def _facts(offer: Offer) -> DeviceFacts:

@@ -21,8 +21,9 @@ from .driver import ClaimRef, PrepareResult
 
 log = logging.getLogger(__name__)
 
-#: A prepared device as the gRPC layer sends it: request, pool, device, shareID ("" if none).
-DeviceAnswer = dict[str, str]
+#: A prepared device as the gRPC layer sends it: request, pool, device, shareID ("" if none),
+#: and cdiDeviceIDs (a list) when it has a device metadata file.
+DeviceAnswer = dict[str, Any]
 
 
 def uid_problem(uid: str) -> str | None:
@@ -144,14 +145,15 @@ def normalise_outcome(outcome: Any) -> tuple[list[DeviceAnswer], str | None]:
         pool, device = dev.get("pool"), dev.get("device")
         if not pool or not device:
             raise ValueError(f"device entry {dict(dev)!r} lacks pool or device")
-        normalised.append(
-            {
-                "request": str(dev.get("request") or ""),
-                "pool": str(pool),
-                "device": str(device),
-                "shareID": str(dev.get("shareID") or ""),
-            }
-        )
+        answer: DeviceAnswer = {
+            "request": str(dev.get("request") or ""),
+            "pool": str(pool),
+            "device": str(device),
+            "shareID": str(dev.get("shareID") or ""),
+        }
+        if dev.get("cdiDeviceIDs"):  # device metadata (KEP-5304) is on
+            answer["cdiDeviceIDs"] = [str(i) for i in dev["cdiDeviceIDs"]]
+        normalised.append(answer)
     return normalised, None
 
 

@@ -329,6 +329,7 @@ class _DRAService:
                     request_names=[dev["request"]] if dev["request"] else [],
                     pool_name=dev["pool"],
                     device_name=dev["device"],
+                    cdi_device_ids=dev.get("cdiDeviceIDs") or [],
                 )
                 if self._share_id and dev["shareID"]:
                     out.share_id = dev["shareID"]

@@ -59,6 +59,8 @@ class ServiceOptions:
     netns: str | None = None  # discover NICs in this netns (tests); default: the service's own
     link_taint_effect: str = "NoSchedule"  # a NIC whose link is down or gone: NoSchedule, NoExecute, None
     instance: str | None = None  # the pod's UID: sockets of this instance's own (kubelet 1.33+)
+    device_metadata_versions: tuple[str, ...] = ()  # KEP-5304 versions to write; () = off
+    cdi_dir: str = "/var/run/cdi"  # where the device metadata's CDI specs go
 
 
 class Service:
@@ -66,6 +68,7 @@ class Service:
 
     def __init__(self, opts: ServiceOptions) -> None:
         from ..claims.api_source import ApiClaimSource
+        from ..claims.device_metadata import metadata_writer
         from ..claims.driver import network_plugin
         from ..claims.pool_addresses import PoolAddresses
         from ..claims.prepare import Resolver
@@ -159,6 +162,7 @@ class Service:
             devices=self.devices,
             ipamclaims=self.api.get_ipamclaim,
             pools=self.pools,
+            metadata=metadata_writer(opts.driver, data_dir, opts.cdi_dir, opts.device_metadata_versions, self.devices),
         )
         self.helper, self.network = network_plugin(
             resolver,

@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # typing costs ~7 ms to import: the shapes exist for the type
         requestedIPs: NotRequired[list[str]]
         addressPool: NotRequired[JSON | None]
         poolIPs: NotRequired[dict[str, list[str]]]
+        metadata: NotRequired[dict[str, str]]  # device metadata (KEP-5304): {"file", "cdiSpec"}
 
     class PreparedClaim(TypedDict):
         kind: Literal["PreparedClaim"]
@@ -92,6 +93,7 @@ if TYPE_CHECKING:  # typing costs ~7 ms to import: the shapes exist for the type
         persistentIPs: bool
         ipamClaim: str | None
         requestedIPs: list[str]
+        metadataFile: NotRequired[str]  # the device metadata file ADD and DEL update
 
     class PodIdentity(TypedDict):
         uid: str | None
@@ -263,7 +265,7 @@ def attached_device(
     pod_uid: str | None = None,
 ) -> AttachedDevice:
     """One device of an Attachment, from the prepared device it attaches."""
-    return {
+    dev: AttachedDevice = {
         "claim": claim,
         "request": spec["request"],
         "pool": spec["pool"],
@@ -278,6 +280,9 @@ def attached_device(
         "ipamClaim": spec.get("ipamClaim"),
         "requestedIPs": requested_ips(spec, pod_uid),
     }
+    if spec.get("metadata"):  # device metadata is on (claims/device_metadata.py)
+        dev["metadataFile"] = spec["metadata"]["file"]
+    return dev
 
 
 def is_pending(outbox: StatusOutbox) -> bool:

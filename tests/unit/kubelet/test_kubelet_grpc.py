@@ -627,3 +627,26 @@ def test_claim_with_an_empty_or_malformed_uid_gets_its_own_error(make_server, ku
         assert ("has no UID" if not bad_uid else "malformed claim UID") in results[bad_uid].error
     assert seen == [["uid-a", "uid-c"], ["uid-a", "uid-c"]]  # the bad one never reached a callback
     assert results["uid-a"].error == ""
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta1"])
+def test_cdi_device_ids_reach_kubelet(make_server, kubelets, version):
+    """Device metadata (KEP-5304): the request's CDI device goes in ``Device.cdi_device_ids``
+    (k8s kubeletplugin metadata.go ``processPreparedClaim``); none without it."""
+    cdi = "dracni.io/metadata=uid-a_net"
+
+    def prepare(claims):
+        return {
+            c.uid: PrepareOutcome(
+                devices=[
+                    {"request": "net", "pool": "node1", "device": "eth1", "cdiDeviceIDs": [cdi]},
+                    {"request": "net2", "pool": "node1", "device": "eth2"},
+                ]
+            )
+            for c in claims
+        }
+
+    make_server(prepare=prepare)
+    with_cdi, without = registered_kubelet(kubelets, version).prepare(CLAIMS[:1])["uid-a"].devices
+    assert list(with_cdi.cdi_device_ids) == [cdi]
+    assert list(without.cdi_device_ids) == []
