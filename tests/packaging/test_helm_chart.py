@@ -277,3 +277,11 @@ def test_the_defaults_pass_the_schema() -> None:
     with helm_python.Chart.load(CHART) as chart:
         chart.validate_schema(chart.values)
         chart.validate_schema(chart.merge_values(VALUES_SETS["operations"]))
+
+
+def test_device_metadata_is_opt_in_and_mounts_the_cdi_dir() -> None:
+    off = kubelet_plugin(rendered_objects())
+    assert not any(a.startswith("--device-metadata-versions") for a in off["args"])
+    on = kubelet_plugin(rendered_objects({"deviceMetadata": {"versions": "v1alpha1", "cdiDir": "/etc/cdi"}}))
+    assert {"--device-metadata-versions=v1alpha1", "--cdi-dir=/etc/cdi"} <= set(on["args"])
+    assert {"name": "cdi", "mountPath": "/etc/cdi"} in on["volumeMounts"]
