@@ -29,11 +29,11 @@ from tests.harness import Netns
 from tests.integration.service import (
     DRIVER,
     NODE,
-    ServiceProcess,
     create_allocated_claim,
     macvlan_params,
     new_pod_uid,
     our_status,
+    side_by_side,
     wait_for,
 )
 
@@ -100,16 +100,8 @@ def api_kubelet(lab, api):
 
 @pytest.fixture
 def pair(lab, api):
-    lab.write_conflist()
-    old = ServiceProcess(lab, api, instance=UID_A, kubelet=api_kubelet(lab, api))
-    new = ServiceProcess(lab, api, instance=UID_B, beside=old)
-    try:
-        yield old, new
-    finally:
-        try:
-            new.close()
-        finally:
-            old.close()
+    with side_by_side(lab, api, UID_A, UID_B, kubelet=api_kubelet(lab, api)) as instances:
+        yield instances
 
 
 def ready(entry: dict) -> bool:
