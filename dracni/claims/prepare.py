@@ -19,7 +19,7 @@ from dracni.claims.resolve import ClaimError, resolve_claim
 from dracni.claims.sticky import IpamClaimGetter, pin_addresses
 from dracni.kubelet.driver import PrepareResult
 from dracni.state import facts
-from dracni.state.store import StateDir, StateError
+from dracni.state.store import BadRecord, StateDir, StateError
 
 if TYPE_CHECKING:
     from dracni.claims.device_metadata import MetadataWriter
@@ -135,7 +135,17 @@ def store_prepared(state: StateDir, resolved: list[Resolved]) -> dict[str, Prepa
         return outcomes
     try:
         with state.locked():  # compare and write as one step, in one lock hold for the batch
-            changed = [r for r in records if not _same_record(state.read_claim(r["uid"]), r)]
+            changed = []
+            for record in records:
+                try:
+                    same = _same_record(state.read_claim(record["uid"]), record)
+                except BadRecord as exc:
+                    if exc.newer:  # a newer dracni's: refused alone, never overwritten (the others go on)
+                        outcomes[record["uid"]] = PrepareResult(error=f"cannot record the prepared claim: {exc}")
+                        continue
+                    same = False  # unreadable: put_claims moves it aside and writes this one
+                if not same:
+                    changed.append(record)
             state.put_claims(changed)
     except StateError as exc:
         for record in records:

@@ -316,6 +316,42 @@ _REQUIRED: dict[str, tuple[tuple[str, type], ...]] = {
 _ATTACHED_DEVICE: tuple[tuple[str, type], ...] = (("claim", dict), ("ifName", str), ("delegates", list))
 
 
+#: The keys this release knows of a PreparedClaim and of its devices (the ``properties`` of
+#: spec/state-records.schema.json).  Any other key was added by a newer release, within the same
+#: schema version an optional one this release ignores (spec/state-layout.md, Compatibility).
+_CLAIM_KEYS = frozenset(
+    ("kind", "schema", "uid", "namespace", "name", "driver", "source", "preparedAt", "pods", "devices")
+)
+_DEVICE_KEYS = frozenset(
+    ("request", "pool", "device", "shareID", "ifName", "config", "runtimeConfig", "capabilities")
+    + ("persistentIPs", "ipamClaim", "requestedIPs", "addressPool", "poolIPs")
+)
+
+
+def keep_unknown(old: PreparedClaim, new: PreparedClaim) -> None:
+    """Carry into ``new`` the keys of ``old`` this release does not know: at the top level, and
+    in each device that stays (same request, pool, device and share).
+
+    A prepare builds its record afresh from the claim, so without this an older release that
+    re-prepares a claim (a retried call, another pod reserving it) would drop the optional
+    fields a newer release wrote, which that release would then miss after rolling forward.
+    Every other record is rewritten as read (read, modify, write), which keeps them already.
+    """
+    for key, value in old.items():
+        if key not in _CLAIM_KEYS and key not in new:
+            new[key] = value  # type: ignore[literal-required]
+    olds = {_device_id(d): d for d in old.get("devices") or [] if isinstance(d, dict)}
+    for device in new["devices"]:
+        before = olds.get(_device_id(device))
+        for key, value in (before or {}).items():
+            if key not in _DEVICE_KEYS and key not in device:
+                device[key] = value  # type: ignore[literal-required]
+
+
+def _device_id(device: DeviceSpec) -> tuple[object, ...]:
+    return tuple(device.get(k) for k in ("request", "pool", "device", "shareID"))
+
+
 class NewerRecord(RecordError):
     """A record of a schema version newer than this binary's: never overwritten, never guessed at."""
 
@@ -336,7 +372,8 @@ def check_record(record: object, where: str, kind: str | None = None) -> JSON:
     if isinstance(schema, int) and not isinstance(schema, bool) and schema > SCHEMA_VERSION:
         raise NewerRecord(
             f"state record {where} has schema {schema}, newer than this dracni's {SCHEMA_VERSION} "
-            "(written by a newer version)"
+            "(written by a newer version: this dracni leaves it unchanged; roll forward to the release "
+            "that wrote it, see spec/state-layout.md, Compatibility)"
         )
     if schema != SCHEMA_VERSION:
         raise RecordError(f"state record {where} has an unknown schema version {schema!r}")

@@ -88,8 +88,16 @@ class StateDir(RecordFiles):
             removes: dict[str, list[str]] = {}
             for record in records:
                 # an unreadable old record is moved aside: kubelet's next prepare must not fail forever
-                old: PreparedClaim | None = self._read_or_quarantine(self._path("claims", record["uid"]))
+                try:
+                    old: PreparedClaim | None = self._read(self._path("claims", record["uid"]))
+                except BadRecord as exc:
+                    if exc.newer:  # a newer dracni's: never overwritten
+                        raise
+                    old = None
+                    self._set_aside(exc, "prepare")
                 record.setdefault("kind", R.PREPARED_CLAIM)  # type: ignore[typeddict-item]
+                if old is not None:
+                    R.keep_unknown(old, record)  # a newer release's optional fields survive
                 self._write(self._path("claims", record["uid"]), record)
                 new_keys = claim_pod_keys(record)
                 for key in new_keys:
@@ -113,7 +121,7 @@ class StateDir(RecordFiles):
                     old: PreparedClaim | None = self._read(path)
                     keys = claim_pod_keys(old) if old else set()
                 except BadRecord as exc:  # moved aside, so that unprepare never sticks; its pods
-                    self.quarantine(exc.path)  # are found by listing the indexes
+                    self._set_aside(exc, "unprepare")  # are found by listing the indexes
                     old, keys = None, self._index_keys_naming(uid)
                 removed[uid] = old
                 for key in keys:
@@ -123,6 +131,15 @@ class StateDir(RecordFiles):
             for key in sorted(removes):
                 self._index_update(key, remove=removes[key])
             return removed
+
+    def _set_aside(self, exc: BadRecord, by: str) -> None:
+        """Quarantine a prepared claim's record that ``by`` must go on without, and say so: the
+        CNI plugin's ``on_quarantine`` logs it; elsewhere (the service) one warning line here."""
+        target = self.quarantine(exc.path)
+        if target is not None and self.on_quarantine is None:
+            import logging  # deferred: the CNI hot path never gets here
+
+            logging.getLogger(__name__).warning("%s moved an unreadable state record aside to %s: %s", by, target, exc)
 
     def _index_keys_naming(self, uid: str) -> set[str]:
         """The pod indexes that list claim ``uid`` (a directory scan: only for a claim whose own

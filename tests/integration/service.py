@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -12,7 +13,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tests import procs
@@ -187,6 +188,25 @@ class ServiceProcess:
             raise AssertionError(f"the service left processes running (killed): {self.leftovers}")
 
 
+@contextlib.contextmanager
+def side_by_side(
+    lab: Lab, api: FakeApiServer, old_uid: str, new_uid: str, kubelet: Callable[[Path], FakeKubelet] | None = None
+) -> Iterator[tuple[ServiceProcess, ServiceProcess]]:
+    """Two instances of the service on one node, as a DaemonSet's surge makes them (neither
+    started): the old one (with ``kubelet``, see ``ServiceProcess``) and the new one beside it.
+    Both are closed at the end, the new one first (each fails on processes it left)."""
+    lab.write_conflist()
+    old = ServiceProcess(lab, api, instance=old_uid, kubelet=kubelet)
+    new = ServiceProcess(lab, api, instance=new_uid, beside=old)
+    try:
+        yield old, new
+    finally:
+        try:
+            new.close()
+        finally:
+            old.close()
+
+
 def macvlan_params(
     lab: Lab, *, subnet: str = "10.10.1.0/24", master: str = "eth1", if_name: str | None = None, network: str = "mv"
 ) -> dict:
@@ -292,6 +312,7 @@ __all__ = [
     "FakeApiServer",
     "FakeKubelet",
     "ServiceProcess",
+    "side_by_side",
     "claim_ref",
     "create_allocated_claim",
     "macvlan_params",
