@@ -12,12 +12,12 @@ import pytest
 
 from tests.integration.conftest import prepare_ok
 from tests.integration.service import (
-    ServiceProcess,
     claim_ref,
     create_allocated_claim,
     macvlan_params,
     new_pod_uid,
     our_status,
+    side_by_side,
     wait_for,
 )
 
@@ -31,16 +31,8 @@ def slice_writes(api) -> int:
 
 @pytest.fixture
 def pair(lab, api):
-    lab.write_conflist()
-    old = ServiceProcess(lab, api, instance=UID_OLD)
-    new = ServiceProcess(lab, api, instance=UID_NEW, beside=old)
-    try:
+    with side_by_side(lab, api, UID_OLD, UID_NEW) as (old, new):
         yield old, new
-    finally:
-        try:
-            new.close()
-        finally:
-            old.close()
 
 
 def test_the_new_instance_takes_over_from_the_old_without_a_gap(lab, api, pair):
