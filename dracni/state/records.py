@@ -324,7 +324,7 @@ _CLAIM_KEYS = frozenset(
 )
 _DEVICE_KEYS = frozenset(
     ("request", "pool", "device", "shareID", "ifName", "config", "runtimeConfig", "capabilities")
-    + ("persistentIPs", "ipamClaim", "requestedIPs", "addressPool", "poolIPs")
+    + ("persistentIPs", "ipamClaim", "requestedIPs", "addressPool", "poolIPs", "metadata")
 )
 
 
