@@ -11,9 +11,9 @@ k8snetworkplumbingwg/network-attachment-definition-client ``pkg/apis/k8s.cni.cnc
 
 - **Bare addresses.**  ``ips`` holds ``10.0.0.5``, not ``10.0.0.5/24``: Multus fills it with
   ``ipconfig.Address.IP.String()`` (network-attachment-definition-client ``pkg/utils/
-  net-attach-def.go CreateNetworkStatus``), and the readers written against Multus (KubeVirt's
-  network-status parsing, OpenShift's console) compare bare addresses.  The spec's own example
-  (section 5.4) shows CIDRs; dracni follows Multus and the Go client, as those readers do.
+  net-attach-def.go CreateNetworkStatus``), so the readers in the field (KubeVirt, consoles)
+  were written against bare addresses.  The spec's own example (section 5.4) shows CIDRs;
+  dracni follows Multus and the Go client (the prefix is in the claim's ``networkData``).
 - **``default: false``** is written although the Go type omits a false one (``omitempty``): the
   spec calls the key required (5.3.5), and a Go reader reads both the same.
 - **``dns``** is always written, as the Go encoder writes the struct (``omitempty`` does not omit
