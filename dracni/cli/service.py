@@ -85,6 +85,13 @@ if TYPE_CHECKING:
     help="Use <driver>-reg.sock and dra.sock whatever the instance ID: kubelets older than 1.33 "
     "know one instance per driver (then update with maxUnavailable: 1, maxSurge: 0).",
 )
+@click.option(
+    "--network-status-annotation",
+    is_flag=True,
+    envvar="DRACNI_NETWORK_STATUS_ANNOTATION",
+    help="Write each attachment into its pod's k8s.v1.cni.cncf.io/network-status annotation, beside the "
+    "entries others wrote (Multus's readers; needs get/patch of pods and the pod-network-status policy).",
+)
 def kubelet_plugin(
     driver: str,
     state_dir: str,
@@ -105,6 +112,7 @@ def kubelet_plugin(
     link_down_taint_effect: str,
     instance_id: str | None,
     fixed_socket_names: bool,
+    network_status_annotation: bool,
 ) -> None:
     """Run the kubelet DRA plugin service (the DaemonSet's main process)."""
     from ..service.logs import setup_logging
@@ -129,5 +137,6 @@ def kubelet_plugin(
         instance=None if fixed_socket_names else (instance_id or None),
         device_metadata_versions=metadata[0],
         cdi_dir=metadata[1],
+        network_status=network_status_annotation,
     )
     Service(opts).run_until_signalled()

@@ -195,6 +195,23 @@ class KubeApi:
             field_selector=f"spec.nodeName={node}",
         )
 
+    # -- pods: get and merge patch of one annotation (network-status) ----------------------------
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return _call(self.core.read_namespaced_pod, name, namespace)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def patch_pod_annotation(self, namespace: str, name: str, key: str, value: str | None, rv: str) -> dict[str, Any]:
+        """A JSON merge patch of one annotation (None: removed) with ``rv`` as precondition
+        (409 Conflict when the pod changed since it was read)."""
+        body = {"metadata": {"resourceVersion": rv, "annotations": {key: value}}}
+        return _call(
+            self.core.patch_namespaced_pod, name, namespace, body, _content_type="application/merge-patch+json"
+        )
+
     # -- ipamclaims (k8s.cni.cncf.io/v1alpha1): get; status: update ------------------------------
     def get_ipamclaim(self, namespace: str, name: str) -> dict[str, Any] | None:
         group, version, plural = IPAMCLAIMS

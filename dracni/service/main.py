@@ -61,6 +61,7 @@ class ServiceOptions:
     instance: str | None = None  # the pod's UID: sockets of this instance's own (kubelet 1.33+)
     device_metadata_versions: tuple[str, ...] = ()  # KEP-5304 versions to write; () = off
     cdi_dir: str = "/var/run/cdi"  # where the device metadata's CDI specs go
+    network_status: bool = False  # write pods' k8s.v1.cni.cncf.io/network-status (kube/pod_network_status.py)
 
 
 class Service:
@@ -81,6 +82,7 @@ class Service:
         from ..kube.api import KubeApi, load_api_client
         from ..kube.events import EventRecorder
         from ..kube.ipamclaims import IpamClaimWriter
+        from ..kube.pod_network_status import PodNetworkStatus
         from ..kube.reservations import ApiReservations, NodeUid
         from ..kube.status_sink import ApiStatusSink
         from ..kubelet.instances import CallGate, InstanceMarks, Leadership, check_instance_id
@@ -191,7 +193,14 @@ class Service:
             self.events.attachment_failures(record)
             return ipamclaims.sync(record)
 
-        self.status = StatusPublisher(self.state, ApiStatusSink(self.api), opts.driver, annotate=annotate)
+        pod_status = PodNetworkStatus(self.api, opts.state_dir, self._exclusive_pci) if opts.network_status else None
+        self.status = StatusPublisher(
+            self.state,
+            ApiStatusSink(self.api),
+            opts.driver,
+            annotate=annotate,
+            annotate_pods=pod_status.sync if pod_status else None,
+        )
         self.health = (
             HealthServer(opts.health_address, self.ready, share_port=opts.instance is not None)
             if opts.health_address
@@ -199,6 +208,12 @@ class Service:
         )
         self._threads: list[threading.Thread] = []
         self._stops: list[Callable[[], None]] = []  # undo what start() did, newest last
+
+    def _exclusive_pci(self, pool: str, device: str) -> str | None:
+        """The PCI address of a NIC this node offers exclusively (a passthrough): the
+        network-status entry's ``device-info`` (status/network_status.py)."""
+        facts = self.devices(pool, device)
+        return facts.pci_bus_id if facts is not None and facts.sharing == "exclusive" else None
 
     def _claimed_devices(self) -> set[str]:
         """Device names the prepared claims in the state dir hold (the slice publisher asks

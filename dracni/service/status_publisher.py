@@ -53,10 +53,16 @@ class TimedSink:
 
 class StatusPublisher:
     def __init__(
-        self, state: StateDir, sink: StatusSink, driver: str, annotate: Callable[[StatusOutbox], Notes] | None = None
+        self,
+        state: StateDir,
+        sink: StatusSink,
+        driver: str,
+        annotate: Callable[[StatusOutbox], Notes] | None = None,
+        annotate_pods: Callable[[StatusOutbox], None] | None = None,
     ) -> None:
         self.state = state
         self.annotate = annotate
+        self.annotate_pods = annotate_pods
         self.sink = TimedSink(sink)
         self.driver = driver
         self.published = 0
@@ -79,7 +85,9 @@ class StatusPublisher:
     def _drain_once(self, backoff: float) -> float:
         """One pass over the outbox; returns the backoff before the next try (0: none needed)."""
         try:
-            report = drain_outbox(self.state, self.sink, driver=self.driver, annotate=self.annotate)
+            report = drain_outbox(
+                self.state, self.sink, driver=self.driver, annotate=self.annotate, annotate_pods=self.annotate_pods
+            )
         except Exception as exc:  # the state dir itself failed: keep the service alive, retry
             log.error("status outbox drain failed: %s", exc)
             return min(max(backoff * 2, MIN_BACKOFF), MAX_BACKOFF)

@@ -145,12 +145,16 @@ def drain_outbox(
     *,
     driver: str,
     annotate: Callable[[StatusOutbox], Notes] | None = None,
+    annotate_pods: Callable[[StatusOutbox], None] | None = None,
 ) -> DrainReport:
     """Publish every pending outbox record once; see the module docstring.
 
     ``annotate(record)`` runs before a claim's status goes out (the IPAMClaim write-back) and
     returns conditions to add to its entries; a retryable SinkError from it is reported after
-    the status went out, so the record stays pending and is tried again.
+    the status went out, so the record stays pending and is tried again.  ``annotate_pods(record)``
+    (the pods' network-status annotation, ``kube/pod_network_status.py``) runs next, before the
+    status, so a claim gone (a final status failure) still clears its pods' entries; a retryable
+    SinkError from it likewise keeps the record pending.
     """
     report = DrainReport()
     for record in _pending(state, report):
@@ -167,6 +171,13 @@ def drain_outbox(
                     if not exc.retryable:
                         raise
                     retry_later = exc
+            if annotate_pods is not None:
+                try:
+                    annotate_pods(record)
+                except SinkError as exc:
+                    if not exc.retryable:
+                        raise
+                    retry_later = retry_later or exc
             entries = claim_entries(record, driver=driver, notes=notes)
             try:
                 sink.apply(claim, driver, entries)

@@ -48,6 +48,7 @@ def manifest_files() -> list[Path]:
 MULTI_OBJECT_FILES = {
     "claim-parameters-policy.yaml": ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"],
     "addressreservations-policy.yaml": ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"],
+    "pod-network-status-policy.yaml": ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"],
 }
 
 
@@ -62,7 +63,7 @@ def file_objects(path: Path) -> list[dict]:
 
 def deploy_objects() -> dict[str, dict]:
     """The kustomization's objects by kind/name, and by kind where there is one of the kind
-    (there are three admission policies and three bindings)."""
+    (there are four admission policies and four bindings)."""
     kustomization = load_one(DEPLOY / "kustomization.yaml")
     objects: dict[str, dict] = {}
     kinds: dict[str, list[dict]] = {}

@@ -69,6 +69,9 @@ KUBEAPI_PERMISSIONS: dict[str, set[Permission]] = {
     "delete_reservation": {Permission(DRACNI, "addressreservations", "", "delete")},
     "list_node_reservations": {Permission(DRACNI, "addressreservations", "", "list")},
     "watch_node_pods": {Permission(CORE, "pods", "", "watch")},
+    # The network-status annotation (issue 24): a pod of this node's attachments, read and patched.
+    "get_pod": {Permission(CORE, "pods", "", "get")},
+    "patch_pod_annotation": {Permission(CORE, "pods", "", "patch")},
 }
 
 

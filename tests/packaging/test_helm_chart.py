@@ -185,8 +185,8 @@ def test_admission_policies_can_be_left_out() -> None:
     assert not by_kind(objects, "ValidatingAdmissionPolicy")
     assert not by_kind(objects, "ValidatingAdmissionPolicyBinding")
     everything = rendered_objects()
-    assert len(by_kind(everything, "ValidatingAdmissionPolicy")) == 3
-    assert len(objects) == len(everything) - 6
+    assert len(by_kind(everything, "ValidatingAdmissionPolicy")) == 4
+    assert len(objects) == len(everything) - 8
 
 
 def test_a_custom_image_is_used_by_every_container() -> None:
@@ -231,7 +231,7 @@ def test_namespace_policy_and_device_classes() -> None:
         for c in p["spec"].get("matchConditions", [])
         if "username" in c["expression"]
     ]
-    assert len(usernames) == 2 and all("system:serviceaccount:kube-network:dracni" in e for e in usernames)
+    assert len(usernames) == 3 and all("system:serviceaccount:kube-network:dracni" in e for e in usernames)
     assert "dracni-system" not in repr(objects)
 
 

@@ -50,6 +50,7 @@ PLURALS = {
     "ResourceClaim": "resourceclaims",
     "ResourceClaimTemplate": "resourceclaimtemplates",
     "AddressReservation": "addressreservations",
+    "Pod": "pods",
 }
 
 

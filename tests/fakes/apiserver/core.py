@@ -1,18 +1,56 @@
-"""Core ``v1`` Nodes, Namespaces and Pods: read-only over HTTP (get, list, watch), seeded by the
-test (``add_namespace``, ``add_node``/``get_node``/``delete_node``, ``add_pod``/``delete_pod``)."""
+"""Core ``v1`` Nodes, Namespaces and Pods, seeded by the test (``add_namespace``,
+``add_node``/``get_node``/``delete_node``, ``add_pod``/``delete_pod``).  Over HTTP Nodes and
+Namespaces are read-only (get, list, watch); Pods also take updates and patches (a node agent's
+annotation), under the pod update rules modelled in ``pod_update``."""
 
 from __future__ import annotations
 
 import copy
 from typing import Any
 
+from . import field as fe
 from .clock import now_rfc3339
 from .resources import RESOURCES, Kind, Obj
 from .store import Store
 
+#: pkg/apis/core/validation/validation.go ``ValidatePodUpdate``: what an update may change in spec.
+_MUTABLE_SPEC = (
+    "spec.containers[*].image, spec.initContainers[*].image, spec.activeDeadlineSeconds, "
+    "spec.tolerations (only additions to existing tolerations), spec.terminationGracePeriodSeconds"
+)
+#: staging/src/k8s.io/apimachinery/pkg/api/validation/objectmeta.go ``TotalAnnotationSizeLimitB``.
+ANNOTATIONS_LIMIT = 256 * 1024
+
+
+def _spec_without_mutable(spec: Any) -> Any:
+    """``spec`` with the fields ``ValidatePodUpdate`` lets an update change blanked out."""
+    spec = copy.deepcopy(spec) if isinstance(spec, dict) else {}
+    for key in ("containers", "initContainers"):
+        for container in spec.get(key) or []:
+            if isinstance(container, dict):
+                container.pop("image", None)
+    for key in ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds"):
+        spec.pop(key, None)
+    return spec
+
+
+def pod_update(new: Obj, current: Obj) -> tuple[Obj, list[str]]:
+    """A Pod update's own rules: ``ValidatePodUpdate`` (validation.go) refuses a spec change beyond
+    the mutable fields, and ``ValidateAnnotations`` (objectmeta.go) annotations over 256 KiB (keys
+    and values summed)."""
+    errs: list[str] = []
+    if _spec_without_mutable(new.get("spec")) != _spec_without_mutable(current.get("spec")):
+        errs.append(fe.forbidden("spec", f"pod updates may not change fields other than {_MUTABLE_SPEC}"))
+    annotations = (new.get("metadata") or {}).get("annotations") or {}
+    size = sum(len(k) + len(str(v)) for k, v in annotations.items())
+    if size > ANNOTATIONS_LIMIT:
+        errs.append(fe.too_long("metadata.annotations", ANNOTATIONS_LIMIT))
+    return new, errs
+
+
 NODES = Kind(RESOURCES["nodes"])
 NAMESPACES = Kind(RESOURCES["namespaces"])
-PODS = Kind(RESOURCES["pods"])
+PODS = Kind(RESOURCES["pods"], prepare_update=pod_update)
 
 
 def ensure_namespace(store: Store, name: str, labels: dict[str, str] | None = None) -> Obj:

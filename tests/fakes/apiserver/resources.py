@@ -89,8 +89,9 @@ RESOURCES: dict[str, Resource] = {
     "nodes": Resource(
         "nodes", "Node", "", "v1", False, frozenset({"metadata.name", "spec.unschedulable"}), _READ, "node"
     ),
-    # Pods: read-only here (get, list, watch), seeded by the test (``add_pod``).  Field labels:
-    # pkg/registry/core/pod/strategy.go ToSelectableFields (the ones a node agent uses).
+    # Pods: seeded by the test (``add_pod``); read, and updated or patched (core.py ``pod_update``),
+    # never created or deleted over HTTP here.  Field labels: pkg/registry/core/pod/strategy.go
+    # ToSelectableFields (the ones a node agent uses).
     "pods": Resource(
         "pods",
         "Pod",
@@ -98,7 +99,7 @@ RESOURCES: dict[str, Resource] = {
         "v1",
         True,
         frozenset({"metadata.name", "metadata.namespace", "spec.nodeName", "status.phase"}),
-        _READ,
+        (*_READ, "patch", "update"),
         "pod",
     ),
     "namespaces": Resource(
