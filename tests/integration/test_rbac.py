@@ -195,6 +195,8 @@ def test_the_service_needs_exactly_the_clusterrole(lab, api):
     pod_uid = new_pod_uid()
     params = macvlan_params(lab, network="vm-net") | {"ipamClaim": "vm-a.net1", "addressPool": POOL}
     claim = create_allocated_claim(api, "vm", pod_uid, params, pod_name="virt-launcher-a")
+    # the pod itself: its network-status annotation is written (get, patch) after ADD and DEL
+    api.add_pod("default", "virt-launcher-a", node=NODE, claims={"net": "vm"}, uid=pod_uid)
     api.set_ipamclaim_status("default", "vm-a.net1", {"ips": ["10.10.1.77/24"]})
     kept_elsewhere(api, claim, "10.10.1.77")
     # A pod's claim on the same pool: reserved at prepare (create), released at unprepare (delete).
@@ -206,7 +208,7 @@ def test_the_service_needs_exactly_the_clusterrole(lab, api):
     authorizer = ClusterRoleAuthorizer()
     api.authorizer = authorizer
     lab.write_conflist()
-    service = ServiceProcess(lab, api)
+    service = ServiceProcess(lab, api, extra_args=("--network-status-annotation",))
     kubelet = None
     try:
         service.start()  # ready: claims listed and watched, node read, slices published
@@ -237,6 +239,7 @@ def test_the_service_needs_exactly_the_clusterrole(lab, api):
             5.0,
             "IPAMClaim status.ips after ADD",
         )
+        wait_for(lambda: api.requests_to("PATCH", "/pods/virt-launcher-a"), 5.0, "the pod's network-status")
         lab.cnitool("del", pod, pod_uid=pod_uid, pod_name="virt-launcher-a")
         wait_for(
             lambda: all(e["conditions"][0]["status"] == "False" for e in our_status(api, claim)),
