@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kubernetes import client, config, watch
-from kubernetes.client.exceptions import ApiException
+from .client_modules import import_client
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+client, watch = import_client()  # before any other kubernetes import: see client_modules
+from kubernetes.client.exceptions import ApiException  # noqa: E402
 
 APPLY_PATCH = "application/apply-patch+yaml"
 IPAMCLAIMS = ("k8s.cni.cncf.io", "v1alpha1", "ipamclaims")
@@ -36,7 +41,7 @@ class ApiError(Exception):
         return self.status in (0, 408, 409, 429) or self.status >= 500
 
 
-def load_api_client(kubeconfig: str | None = None, node: str | None = None) -> client.ApiClient:
+def load_api_client(kubeconfig: str | None = None, node: str | None = None) -> ApiClient:
     """In-cluster config when no kubeconfig is named (the DaemonSet), else the file.
 
     Every request says it is dracni, which version, on which node (User-Agent), so audit logs
@@ -46,14 +51,18 @@ def load_api_client(kubeconfig: str | None = None, node: str | None = None) -> c
 
     if kubeconfig:
         configuration = client.Configuration()
-        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        from kubernetes.config.kube_config import load_kube_config  # only with a kubeconfig (tests)
+
+        load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     else:
         configuration = client.Configuration()
-        config.load_incluster_config(client_configuration=configuration)
+        from kubernetes.config.incluster_config import load_incluster_config
+
+        load_incluster_config(client_configuration=configuration)
     # Kubelet prepares pods in parallel and the service reads their claims at the same time:
     # keep that many connections (the client's default is 5 per CPU).
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, CONNECTIONS)
-    api_client = client.ApiClient(configuration)
+    api_client: ApiClient = client.ApiClient(configuration)
     api_client.user_agent = user_agent(__version__, node)
     return api_client
 
@@ -99,7 +108,7 @@ def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
 class KubeApi:
     """The calls dracni's service makes; ``packaging/`` RBAC grants exactly these."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(self, api_client: ApiClient) -> None:
         self.api_client = api_client
         self.resource = client.ResourceV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
