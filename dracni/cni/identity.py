@@ -199,30 +199,22 @@ class Segment:
         return used
 
 
-def other_attachment_devices(state: StateDir, record: Attachment) -> list[tuple[str, AttachedDevice]]:
-    """``(container ID, device)`` of every device of the node's other live attachments (a
-    rolled-back one's interfaces are gone); the VLAN guard reads the same."""
-    key = (record["network"], record["containerID"], record["ifName"])
-    out = []
-    for other in state.list_attachments(bad=[]):
-        if (other.get("network"), other.get("containerID"), other.get("ifName")) == key:
-            continue
-        if other.get("state") == "failed":
-            continue
-        out += [(str(other.get("containerID")), device) for device in other.get("devices") or []]
-    return out
-
-
 def _attachments(
     state: StateDir, record: Attachment, dev: AttachedDevice, parent: str
 ) -> list[tuple[str, AttachedDevice]]:
     """``(who, device)`` of every other live dracni interface on ``parent``: other attachments'
-    and this pod's other devices."""
-    out = [
-        (f"container {container}", device)
-        for container, device in other_attachment_devices(state, record)
-        if parent_of(device.get("delegates") or []) == parent
-    ]
+    (a rolled-back one's interfaces are gone) and this pod's other devices."""
+    out = []
+    key = (record["network"], record["containerID"], record["ifName"])
+    others: list[Attachment] = state.list_attachments(bad=[])
+    for other in others:
+        if (other.get("network"), other.get("containerID"), other.get("ifName")) == key:
+            continue
+        if other.get("state") == "failed":
+            continue
+        for device in other.get("devices") or []:
+            if parent_of(device.get("delegates") or []) == parent:
+                out.append((f"container {other.get('containerID')}", device))
     for device in record["devices"]:
         if device is not dev and parent_of(device.get("delegates") or []) == parent:
             out.append(("this pod", device))

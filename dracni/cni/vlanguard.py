@@ -49,12 +49,16 @@ def check_vlans(state: StateDir, record: Attachment, dev: AttachedDevice) -> Non
     if not wanted:
         return
     users = _node_vlans()
-    from .identity import other_attachment_devices
-
-    for container, device in other_attachment_devices(state, record):
-        who = f"container {container}'s interface {device.get('ifName')} (another dracni attachment)"
-        for _, master, vid in wanted_vlans(device.get("delegates") or []):
-            users.setdefault((master, vid), who)
+    key = (record["network"], record["containerID"], record["ifName"])
+    for other in state.list_attachments(bad=[]):
+        if other.get("state") == "failed":  # rolled back: its interfaces are gone
+            continue
+        if (other.get("network"), other.get("containerID"), other.get("ifName")) == key:
+            continue
+        for device in other.get("devices") or []:
+            who = f"container {other.get('containerID')}'s interface {device.get('ifName')} (another dracni attachment)"
+            for _, master, vid in wanted_vlans(device.get("delegates") or []):
+                users.setdefault((master, vid), who)
     for index, master, vid in wanted:
         owner = users.get((master, vid))
         if owner is not None:

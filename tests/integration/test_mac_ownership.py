@@ -8,13 +8,22 @@ allows its prefix; the parent's own MAC and another attachment's are refused at 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from tests.harness import Lab
-from tests.integration.test_tenant_safety import assert_refused, choose, class_macvlan, lab, tenant_claim
+from tests.integration.test_tenant_safety import assert_refused, choose, class_macvlan, tenant_claim
 
-__all__ = ["lab"]  # the fixture: the tenant-safety lab (eth1, eth2, uplink0, a conflist)
+
+@pytest.fixture
+def lab(tmp_path: Path):
+    world = Lab(base=tmp_path, nics=("eth1", "eth2", "uplink0"))
+    try:
+        world.write_conflist()
+        yield world
+    finally:
+        world.close()
 
 
 def with_mac(mac: str, ifname: str = "data1") -> dict:
