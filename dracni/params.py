@@ -7,8 +7,9 @@ schema cannot express: decoding a JSON-string config first, config and network b
 exclusive, and the derived names of a single-plugin config.  What a tenant may put in them is
 the tenant policy's business (``dracni.policy``).
 
-jsonschema is imported here only (lazily, on first validation): nothing on the CNI hot path
-imports this module.
+The schema runs compiled (fastjsonschema) and, only to word a refusal, through jsonschema; both
+are imported here only (lazily, on first validation): nothing on the CNI hot path imports this
+module.
 """
 
 from __future__ import annotations
@@ -209,10 +210,28 @@ def _too_deep() -> str:
 
 
 def _check_schema(params: dict[str, Any], where: str) -> None:
+    """The schema's verdict: fastjsonschema's compiled check first (a valid claim, the common
+    case, costs ~10 us instead of jsonschema's ~60-180 us, and jsonschema is never imported);
+    only for parameters it refuses does jsonschema, the reference, find and word the error.  Where
+    the two disagree on a refusal, jsonschema's "valid" stands (tests/unit/test_params_schema.py
+    holds them to the same verdict over the tests' corpus)."""
+    if _fast_check(params):
+        return
     errors = list(_validator().iter_errors(params))
     if errors:
         field, reason = _describe(_best_error(errors), where)
         raise ParameterError(field, reason)
+
+
+def _fast_check(params: dict[str, Any]) -> bool:
+    """Whether the compiled schema passes ``params``."""
+    import fastjsonschema
+
+    try:
+        _compiled()(params)
+    except fastjsonschema.JsonSchemaException:
+        return False
+    return True
 
 
 def _as_conflist(plugin: dict[str, Any], field: str) -> dict[str, Any]:
@@ -231,6 +250,16 @@ def _as_conflist(plugin: dict[str, Any], field: str) -> dict[str, Any]:
 
 
 # -- schema errors -----------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _compiled() -> Any:
+    """The schema compiled to Python once (fastjsonschema; ~15 ms)."""
+    import fastjsonschema
+
+    from dracni.specfiles import load_json_spec
+
+    return fastjsonschema.compile(load_json_spec(SCHEMA_FILE), use_formats=False)
 
 
 @lru_cache(maxsize=1)

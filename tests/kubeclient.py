@@ -31,9 +31,14 @@ def serving(tmp_path: Path, *nodes: str, **options: Any) -> Iterator[FakeApiServ
 
 
 def client_for(kubeconfig: str) -> client.ApiClient:
-    """dracni's own client set-up, failing fast (no retries) when the fake is down."""
-    api = load_api_client(kubeconfig)
-    api.configuration.retries = 0
+    """The kubernetes client's ``ApiClient`` (its generated API classes run on it) with dracni's
+    own set-up (``load_api_client``: configuration, User-Agent), failing fast (no retries) when
+    the fake is down.  ``dracni.kube.api.KubeApi`` runs on it too."""
+    ours = load_api_client(kubeconfig)
+    ours.configuration.retries = 0
+    api = client.ApiClient(ours.configuration)
+    api.user_agent = ours.user_agent
+    ours.close()
     return api
 
 

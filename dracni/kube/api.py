@@ -1,30 +1,73 @@
-"""The service's one door to the Kubernetes API (the kubernetes Python client, dicts in and out).
+"""The service's one door to the Kubernetes API: the kubernetes Python client's configuration
+and transport, with the requests built here (dicts in and out).
 
-Objects are handled as plain camelCase dicts, as the API serves them (``_preload_content=False``
-skips the client's pydantic models).  Every failure becomes an ``ApiError`` with the HTTP status,
-so callers decide on retry without knowing the client library.
+The calls go through the client's ``Configuration`` (kubeconfig or in-cluster: server, TLS,
+credentials and their refresh, proxies) and the urllib3 pool its ``RESTClientObject`` builds,
+but not through the generated API classes: the service makes a fixed handful of calls, and
+those classes are what a node agent cannot afford on every node.  Measured on this machine
+(kubernetes 37): ``CoreV1Api`` alone adds 20 MiB of RSS and 0.3 s at first use,
+``ResourceV1Api`` 6 MiB, the ``ApiClient`` behind them 10 MiB (pydantic, dateutil); every call
+runs pydantic's ``validate_call`` and the client's parameter serialization (0.3 ms of CPU per
+request), and answers are decoded by orjson here.  Objects are plain camelCase dicts, as the
+API serves them.  Every failure becomes an ``ApiError`` with the HTTP status, so callers decide
+on retry without knowing the client library.
+
+Each request names its resource (``Resource``: group, version, plural) and HTTP verb, so the
+RBAC the ClusterRole must grant follows from this module's code (tests/packaging/rbac.py).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import orjson
+import urllib3
 
 from .client_modules import import_client
 
-if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
-
-client, watch = import_client()  # before any other kubernetes import: see client_modules
-from kubernetes.client.exceptions import ApiException  # noqa: E402
+import_client()  # before any other kubernetes import: see client_modules
+from kubernetes.client.configuration import Configuration  # noqa: E402
+from kubernetes.client.rest import RESTClientObject  # noqa: E402
 
 APPLY_PATCH = "application/apply-patch+yaml"
-IPAMCLAIMS = ("k8s.cni.cncf.io", "v1alpha1", "ipamclaims")
-RESERVATIONS = ("dracni.io", "v1alpha1", "addressreservations")
+MERGE_PATCH = "application/merge-patch+json"
+#: What the client sends for a patch of an object body (kube-apiserver's default for a typed
+#: object, client-go ``EventSinkImpl.Patch``'s choice for an Event series).
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 REQUEST_TIMEOUT = 30
 #: Connections kept open to the API server (the service's concurrent calls at most).
 CONNECTIONS = 32
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A resource type's REST path: ``/api/v1/...`` for the core group, ``/apis/<group>/<version>/...``."""
+
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str = "") -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace is not None:
+            base += "/namespaces/" + quote(namespace, safe="")
+        base += "/" + self.plural
+        if name is not None:
+            base += "/" + quote(name, safe="")
+        return base + ("/" + subresource if subresource else "")
+
+
+CLAIMS = Resource("resource.k8s.io", "v1", "resourceclaims", namespaced=True)
+SLICES = Resource("resource.k8s.io", "v1", "resourceslices", namespaced=False)
+PODS = Resource("", "v1", "pods", namespaced=True)
+NODES = Resource("", "v1", "nodes", namespaced=False)
+EVENTS = Resource("events.k8s.io", "v1", "events", namespaced=True)
+IPAMCLAIMS = Resource("k8s.cni.cncf.io", "v1alpha1", "ipamclaims", namespaced=True)
+RESERVATIONS = Resource("dracni.io", "v1alpha1", "addressreservations", namespaced=False)
 
 
 class ApiError(Exception):
@@ -41,7 +84,29 @@ class ApiError(Exception):
         return self.status in (0, 408, 409, 429) or self.status >= 500
 
 
-def load_api_client(kubeconfig: str | None = None, node: str | None = None) -> ApiClient:
+class KubeClient:
+    """The client's ``Configuration`` and the REST transport it builds (``rest_client``), with
+    the headers every request carries (``default_headers``: the User-Agent).  The attributes
+    are those of the client's ``ApiClient``, so ``KubeApi`` also runs on one of those."""
+
+    def __init__(self, configuration: Configuration) -> None:
+        self.configuration = configuration
+        self.rest_client = RESTClientObject(configuration)
+        self.default_headers: dict[str, str] = {}
+
+    @property
+    def user_agent(self) -> str:
+        return self.default_headers["User-Agent"]
+
+    @user_agent.setter
+    def user_agent(self, value: str) -> None:
+        self.default_headers["User-Agent"] = value
+
+    def close(self) -> None:
+        self.rest_client.close()
+
+
+def load_api_client(kubeconfig: str | None = None, node: str | None = None) -> KubeClient:
     """In-cluster config when no kubeconfig is named (the DaemonSet), else the file.
 
     Every request says it is dracni, which version, on which node (User-Agent), so audit logs
@@ -49,20 +114,19 @@ def load_api_client(kubeconfig: str | None = None, node: str | None = None) -> A
     """
     from .. import __version__
 
+    configuration = Configuration()
     if kubeconfig:
-        configuration = client.Configuration()
         from kubernetes.config.kube_config import load_kube_config  # only with a kubeconfig (tests)
 
         load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     else:
-        configuration = client.Configuration()
         from kubernetes.config.incluster_config import load_incluster_config
 
         load_incluster_config(client_configuration=configuration)
     # Kubelet prepares pods in parallel and the service reads their claims at the same time:
     # keep that many connections (the client's default is 5 per CPU).
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, CONNECTIONS)
-    api_client: ApiClient = client.ApiClient(configuration)
+    api_client = KubeClient(configuration)
     api_client.user_agent = user_agent(__version__, node)
     return api_client
 
@@ -72,57 +136,27 @@ def user_agent(version: str, node: str | None) -> str:
     return f"dracni/{version} ({node})" if node else f"dracni/{version}"
 
 
-def _request(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """The decoded JSON answer of a client call (None for an empty body)."""
+def _status_error(status: int, reason_phrase: str, data: bytes) -> ApiError:
+    """The error of a non-2xx answer: the Status object's message and reason when it sent one."""
     try:
-        resp = fn(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs)
-    except ApiException as exc:
-        raise ApiError(exc.status or 0, _message(exc), _reason(exc)) from None
-    except ValueError as exc:  # the client refused our body (pydantic): retrying cannot help
-        raise ApiError(400, f"invalid request: {exc}") from None
-    except Exception as exc:  # connection refused, timeouts, TLS: the server is unreachable
-        raise ApiError(0, f"{type(exc).__name__}: {exc}") from None
-    return json.loads(resp.data) if resp.data else None
-
-
-def _message(exc: ApiException) -> str:
-    try:
-        return json.loads(exc.body or "").get("message") or str(exc.reason)
-    except (TypeError, ValueError, AttributeError):
-        return f"{exc.status} {exc.reason}"
-
-
-def _reason(exc: ApiException) -> str:
-    try:
-        return str(json.loads(exc.body or "").get("reason") or "")
-    except (TypeError, ValueError, AttributeError):
-        return ""
-
-
-def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """``_request`` typed for the calls KubeApi makes: each answers with an object."""
-    obj: dict[str, Any] = _request(fn, *args, **kwargs)
-    return obj
+        body = orjson.loads(data) if data else None
+    except orjson.JSONDecodeError:
+        body = None
+    if isinstance(body, dict):
+        return ApiError(status, str(body.get("message") or reason_phrase), str(body.get("reason") or ""))
+    return ApiError(status, f"{status} {reason_phrase}")
 
 
 class KubeApi:
     """The calls dracni's service makes; ``packaging/`` RBAC grants exactly these."""
 
-    def __init__(self, api_client: ApiClient) -> None:
+    def __init__(self, api_client: Any) -> None:
+        """``api_client``: a ``KubeClient`` (``load_api_client``) or the client's ``ApiClient``."""
         self.api_client = api_client
-        self.resource = client.ResourceV1Api(api_client)
-        self.core = client.CoreV1Api(api_client)
-        self.custom = client.CustomObjectsApi(api_client)
-        self.events = client.EventsV1Api(api_client)
 
     # -- resourceclaims: get (the ones kubelet names); status: patch (server-side apply) --------
     def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return _call(self.resource.read_namespaced_resource_claim, name, namespace)
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return self._get_or_none(CLAIMS, namespace, name)
 
     def apply_claim_status(
         self, namespace: str, name: str, devices: list[dict[str, Any]], field_manager: str, uid: str | None = None
@@ -140,14 +174,15 @@ class KubeApi:
             "metadata": metadata,
             "status": {"devices": devices},
         }
-        return _call(
-            self.resource.patch_namespaced_resource_claim_status,
-            name,
-            namespace,
-            body,
-            field_manager=field_manager,
-            force=True,
-            _content_type=APPLY_PATCH,
+        return self._call(
+            "PATCH",
+            CLAIMS,
+            namespace=namespace,
+            name=name,
+            subresource="status",
+            query={"fieldManager": field_manager, "force": "true"},
+            body=body,
+            content_type=APPLY_PATCH,
         )
 
     # -- resourceslices: CRUD and watch ----------------------------------------------------------
@@ -158,9 +193,7 @@ class KubeApi:
         cache, not a quorum read from etcd (what an informer's first LIST asks for); the watch
         that follows from the answer's resourceVersion brings it up to date.
         """
-        data = _call(
-            self.resource.list_resource_slice, field_selector=field_selector, resource_version=resource_version
-        )
+        data = self._call("GET", SLICES, query={"fieldSelector": field_selector, "resourceVersion": resource_version})
         return data.get("items") or [], data.get("metadata", {}).get("resourceVersion", "")
 
     def watch_slices(
@@ -168,19 +201,17 @@ class KubeApi:
     ) -> Iterator[tuple[str, dict[str, Any]]]:
         """(type, object) events after ``resource_version``: ADDED, MODIFIED, DELETED and
         BOOKMARK (the object then carries only ``metadata.resourceVersion``)."""
-        yield from self._watch(
-            self.resource.list_resource_slice, resource_version, timeout_seconds, field_selector=field_selector
-        )
+        yield from self._watch(SLICES, resource_version, timeout_seconds, {"fieldSelector": field_selector})
 
     def create_slice(self, body: dict[str, Any]) -> dict[str, Any]:
-        return _call(self.resource.create_resource_slice, body)
+        return self._call("POST", SLICES, body=body)
 
     def replace_slice(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        return _call(self.resource.replace_resource_slice, name, body)
+        return self._call("PUT", SLICES, name=name, body=body)
 
     def delete_slice(self, name: str) -> None:
         try:
-            _call(self.resource.delete_resource_slice, name)
+            self._call("DELETE", SLICES, name=name)
         except ApiError as exc:
             if exc.status != 404:
                 raise
@@ -189,142 +220,199 @@ class KubeApi:
     def list_node_pods(self, node: str) -> tuple[list[dict[str, Any]], str]:
         """This node's pods; ``resourceVersion=0`` lets the API server answer from its watch
         cache instead of etcd."""
-        data = _call(
-            self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node}", resource_version="0"
-        )
+        data = self._call("GET", PODS, query={"fieldSelector": f"spec.nodeName={node}", "resourceVersion": "0"})
         return data.get("items") or [], data.get("metadata", {}).get("resourceVersion", "")
 
     def watch_node_pods(
         self, node: str, resource_version: str, timeout_seconds: int
     ) -> Iterator[tuple[str, dict[str, Any]]]:
-        yield from self._watch(
-            self.core.list_pod_for_all_namespaces,
-            resource_version,
-            timeout_seconds,
-            field_selector=f"spec.nodeName={node}",
-        )
+        yield from self._watch(PODS, resource_version, timeout_seconds, {"fieldSelector": f"spec.nodeName={node}"})
 
     # -- pods: get and merge patch of one annotation (network-status) ----------------------------
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return _call(self.core.read_namespaced_pod, name, namespace)
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return self._get_or_none(PODS, namespace, name)
 
     def patch_pod_annotation(self, namespace: str, name: str, key: str, value: str | None, rv: str) -> dict[str, Any]:
         """A JSON merge patch of one annotation (None: removed) with ``rv`` as precondition
         (409 Conflict when the pod changed since it was read)."""
         body = {"metadata": {"resourceVersion": rv, "annotations": {key: value}}}
-        return _call(
-            self.core.patch_namespaced_pod, name, namespace, body, _content_type="application/merge-patch+json"
-        )
+        return self._call("PATCH", PODS, namespace=namespace, name=name, body=body, content_type=MERGE_PATCH)
 
     # -- ipamclaims (k8s.cni.cncf.io/v1alpha1): get; status: update ------------------------------
     def get_ipamclaim(self, namespace: str, name: str) -> dict[str, Any] | None:
-        group, version, plural = IPAMCLAIMS
-        try:
-            return _call(self.custom.get_namespaced_custom_object, group, version, namespace, plural, name)
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return self._get_or_none(IPAMCLAIMS, namespace, name)
 
     def replace_ipamclaim_status(self, obj: dict[str, Any]) -> dict[str, Any]:
         """PUT the status subresource; the object's resourceVersion is the precondition (409)."""
-        group, version, plural = IPAMCLAIMS
         meta = obj["metadata"]
-        return _call(
-            self.custom.replace_namespaced_custom_object_status,
-            group,
-            version,
-            meta["namespace"],
-            plural,
-            meta["name"],
-            obj,
+        return self._call(
+            "PUT", IPAMCLAIMS, namespace=meta["namespace"], name=meta["name"], subresource="status", body=obj
         )
 
     # -- addressreservations (dracni.io/v1alpha1, cluster-scoped): create, get, update, delete,
     # and list of this node's (label selector) -------------------------------------------------
     def create_reservation(self, body: dict[str, Any]) -> dict[str, Any]:
-        group, version, plural = RESERVATIONS
-        return _call(self.custom.create_cluster_custom_object, group, version, plural, body)
+        return self._call("POST", RESERVATIONS, body=body)
 
     def get_reservation(self, name: str) -> dict[str, Any] | None:
-        group, version, plural = RESERVATIONS
-        try:
-            return _call(self.custom.get_cluster_custom_object, group, version, plural, name)
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return self._get_or_none(RESERVATIONS, None, name)
 
     def replace_reservation(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """PUT; the body's resourceVersion is the precondition (409 Conflict)."""
-        group, version, plural = RESERVATIONS
-        return _call(self.custom.replace_cluster_custom_object, group, version, plural, name, body)
+        return self._call("PUT", RESERVATIONS, name=name, body=body)
 
     def delete_reservation(self, name: str, uid: str) -> None:
         """DELETE with the object's UID as precondition: never another holder's reservation of
         the same address made since; gone already (404) or re-made (409) is not an error."""
-        group, version, plural = RESERVATIONS
         options = {"preconditions": {"uid": uid}} if uid else None
         try:
-            _call(self.custom.delete_cluster_custom_object, group, version, plural, name, body=options)
+            self._call("DELETE", RESERVATIONS, name=name, body=options)
         except ApiError as exc:
             if exc.status not in (404, 409):
                 raise
 
     def list_node_reservations(self, label_selector: str) -> list[dict[str, Any]]:
         """The reservations matching ``label_selector`` (``dracni.io/node=<this node>``)."""
-        group, version, plural = RESERVATIONS
-        data = _call(self.custom.list_cluster_custom_object, group, version, plural, label_selector=label_selector)
+        data = self._call("GET", RESERVATIONS, query={"labelSelector": label_selector})
         return data.get("items") or []
 
     # -- events (events.k8s.io/v1): create; patch (a series' count) ------------------------------
     def create_event(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        return _call(self.events.create_namespaced_event, namespace, body)
+        return self._call("POST", EVENTS, namespace=namespace, body=body)
 
     def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        """A strategic merge patch (the client's choice for an object body), as client-go's
-        ``EventSinkImpl.Patch`` sends for a series."""
-        return _call(self.events.patch_namespaced_event, name, namespace, patch)
+        """A strategic merge patch, as client-go's ``EventSinkImpl.Patch`` sends for a series."""
+        return self._call(
+            "PATCH", EVENTS, namespace=namespace, name=name, body=patch, content_type=STRATEGIC_MERGE_PATCH
+        )
 
     # -- nodes: get ----------------------------------------------------------------------------
     def get_node(self, name: str) -> dict[str, Any] | None:
+        return self._get_or_none(NODES, None, name)
+
+    # -- the requests ----------------------------------------------------------------------------
+    def _get_or_none(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any] | None:
         try:
-            return _call(self.core.read_node, name)
+            return self._call("GET", resource, namespace=namespace, name=name)
         except ApiError as exc:
             if exc.status == 404:
                 return None
             raise
 
-    # -- watch plumbing --------------------------------------------------------------------------
+    def _call(
+        self,
+        method: str,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        name: str | None = None,
+        subresource: str = "",
+        query: dict[str, str] | None = None,
+        body: dict[str, Any] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        """One request; its answer decoded (``{}`` for an empty one)."""
+        path = resource.path(namespace, name, subresource)
+        response = self._send(method, path, query, body, content_type, urllib3.Timeout(total=REQUEST_TIMEOUT))
+        try:
+            data = response.data
+        except Exception as exc:  # the connection broke while the answer was read
+            raise ApiError(0, f"{type(exc).__name__}: {exc}") from None
+        if not 200 <= response.status <= 299:
+            raise _status_error(response.status, response.reason or "", data)
+        if not data:
+            return {}
+        try:
+            obj: dict[str, Any] = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise ApiError(0, f"the API server's answer is not JSON: {exc}") from None
+        return obj
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, str] | None,
+        body: dict[str, Any] | None,
+        content_type: str,
+        timeout: urllib3.Timeout,
+        stream: bool = False,
+    ) -> Any:
+        """The urllib3 response of one request: the client's host, credentials (refreshed as the
+        client refreshes them: ``Configuration.auth_settings``) and connection pool."""
+        api_client = self.api_client
+        configuration = api_client.configuration
+        headers = dict(api_client.default_headers)
+        headers["Accept"] = "application/json"
+        params = list((query or {}).items())
+        for auth in configuration.auth_settings().values():
+            if not auth.get("value"):
+                continue
+            if auth["in"] == "header":
+                headers[auth["key"]] = auth["value"]
+            elif auth["in"] == "query":
+                params.append((auth["key"], auth["value"]))
+        payload = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            payload = orjson.dumps(body)
+        url = configuration.host + path + ("?" + urlencode(params) if params else "")
+        extra: dict[str, Any] = {} if configuration.retries is None else {"retries": configuration.retries}
+        try:
+            return api_client.rest_client.pool_manager.request(
+                method, url, body=payload, headers=headers, timeout=timeout, preload_content=not stream, **extra
+            )
+        except Exception as exc:  # connection refused, timeouts, TLS: the server is unreachable
+            raise ApiError(0, f"{type(exc).__name__}: {exc}") from None
+
     def _watch(
-        self, list_fn: Callable[..., Any], resource_version: str, timeout_seconds: int, **kwargs: Any
+        self, resource: Resource, resource_version: str, timeout_seconds: int, query: dict[str, str]
     ) -> Iterator[tuple[str, dict[str, Any]]]:
         """Events after ``resource_version``; ``ApiError(410)`` when it is too old (re-list).
 
-        ``return_type="object"``: plain dicts (the client cannot guess the item model of the
-        resource.k8s.io lists).  The client turns an ERROR event into an ApiException itself.
+        The answer is a stream of JSON lines ``{"type", "object"}``; an ERROR event carries a
+        Status, raised as an ``ApiError`` with its code.  The server ends the stream after
+        ``timeout_seconds``; the client gives it ``REQUEST_TIMEOUT`` more of silence.
         """
-        w = watch.Watch(return_type="object")
+        params = query | {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": str(timeout_seconds),
+            "allowWatchBookmarks": "true",
+        }
+        timeout = urllib3.Timeout(connect=REQUEST_TIMEOUT, read=timeout_seconds + REQUEST_TIMEOUT)
+        response = self._send("GET", resource.path(), params, None, "", timeout, stream=True)
         try:
-            for event in w.stream(
-                list_fn,
-                resource_version=resource_version,
-                timeout_seconds=timeout_seconds,
-                allow_watch_bookmarks=True,
-                **kwargs,
-            ):
-                kind, obj = event.get("type"), event.get("raw_object") or event.get("object") or {}
-                yield kind, obj
-        except ApiException as exc:
-            raise ApiError(exc.status or 0, _message(exc)) from None
+            if not 200 <= response.status <= 299:
+                raise _status_error(response.status, response.reason or "", response.read())
+            pending = b""
+            for chunk in response.stream(amt=None, decode_content=False):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield _watch_event(line)
+            if pending.strip():
+                yield _watch_event(pending)
         except ApiError:
             raise
         except Exception as exc:
             raise ApiError(0, f"watch failed: {type(exc).__name__}: {exc}") from None
         finally:
-            w.stop()
+            response.release_conn()
+            response.close()
+
+
+def _watch_event(line: bytes) -> tuple[str, dict[str, Any]]:
+    try:
+        event = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(0, f"watch failed: an event is not JSON: {exc}") from None
+    kind, obj = event.get("type"), event.get("object") or {}
+    if kind == "ERROR":
+        raise ApiError(
+            int(obj.get("code") or 0),
+            f"{obj.get('code')} {obj.get('reason')}: {obj.get('message')}",
+            str(obj.get("reason") or ""),
+        )
+    return str(kind), obj

@@ -3,8 +3,9 @@
 ``import kubernetes.client`` first runs ``kubernetes/__init__.py``, which imports ``config``
 (kubeconfig loading with its auth providers), ``dynamic``, ``watch``, ``stream``, ``utils``,
 ``leaderelection`` and more: measured 276 ms and 45 MiB of RSS (595 modules) before the first
-request, on every node.  The service needs ``client`` (whose models load lazily), ``watch`` and,
-in a cluster, ``config.incluster_config``: 65 ms and 25 MiB (224 modules).
+request, on every node.  The service needs the client's ``configuration`` and ``rest`` modules
+(``kube/api.py`` says why not its generated API classes) and, in a cluster,
+``config.incluster_config``.
 
 So the two packages are registered in ``sys.modules`` as modules whose ``__init__`` has not run,
 and the submodules are imported as usual.  The first time anyone asks such a package for a name
@@ -48,11 +49,10 @@ def _deferred_package(name: str) -> ModuleType:
     return module
 
 
-def import_client() -> tuple[ModuleType, ModuleType]:
-    """``(kubernetes.client, kubernetes.watch)`` without the packages' ``__init__``."""
+def import_client() -> ModuleType:
+    """``kubernetes.client`` without the packages' ``__init__``."""
     for name in DEFERRED:
         _deferred_package(name)
-    import kubernetes.client  # plain imports: the bundle's analysis follows them
-    import kubernetes.watch
+    import kubernetes.client  # a plain import: the bundle's analysis follows it
 
-    return kubernetes.client, kubernetes.watch
+    return kubernetes.client

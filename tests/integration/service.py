@@ -51,8 +51,12 @@ class ServiceProcess:
         kubelet: Callable[[Path], FakeKubelet] | None = None,
         instance: str | None = None,
         beside: ServiceProcess | None = None,
+        program: tuple[str, ...] | None = None,
     ) -> None:
         self.lab = lab
+        #: what runs instead of the frozen bundle (``make bench``'s profile: the source tree under
+        #: a profiler), the service's options after it
+        self.program = program or (str(DRACNI_BINARY),)
         self.node = node
         self.extra_args = extra_args  # more options for kubelet-plugin (sharing, policy)
         self.api = api
@@ -79,7 +83,7 @@ class ServiceProcess:
         if self.proc is not None and self.proc.poll() is None:
             raise AssertionError(f"the service (pid {self.proc.pid}) is already running")
         cmd = [
-            str(DRACNI_BINARY),
+            *self.program,
             "kubelet-plugin",
             f"--driver={DRIVER}",
             f"--node-name={self.node}",

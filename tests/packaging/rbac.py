@@ -75,72 +75,38 @@ KUBEAPI_PERMISSIONS: dict[str, set[Permission]] = {
 }
 
 
-# kubernetes client method prefix -> RBAC verb (CustomObjectsApi says get_, the typed APIs read_).
-_CLIENT_VERBS = (
-    ("read_", "get"),
-    ("get_", "get"),
-    ("list_", "list"),
-    ("create_", "create"),
-    ("replace_", "update"),
-    ("patch_", "patch"),
-    ("delete_collection_", "deletecollection"),
-    ("delete_", "delete"),
-)
+# HTTP verb of a request -> RBAC verb, for a request naming one object and for a collection
+# (kube-apiserver's RequestInfoFactory.NewRequestInfo, staging/src/k8s.io/apiserver/pkg/endpoints/
+# request/requestinfo.go: GET of a name is "get", of a collection "list", "watch" with ?watch=true;
+# DELETE of a collection is "deletecollection").
+_HTTP_VERBS = {
+    "GET": ("get", "list"),
+    "POST": ("create", "create"),
+    "PUT": ("update", "update"),
+    "PATCH": ("patch", "patch"),
+    "DELETE": ("delete", "deletecollection"),
+}
 
 
-# KubeApi attribute holding a typed kubernetes client API object -> its API group.
-_CLIENT_GROUPS = {"resource": RESOURCE, "core": CORE, "events": EVENTS}
-
-
-# ... and the one holding a CustomObjectsApi, whose calls name (group, version, plural) as arguments.
-_CUSTOM = "custom"
-
-
-def permission_of_client_call(
-    attribute: str, method: str, watch: bool, custom: tuple[str, str, str] | None = None
-) -> Permission:
-    """``self.resource.patch_namespaced_resource_claim_status`` -> patch resourceclaims/status;
-    ``self.custom.replace_namespaced_custom_object_status`` with ``custom`` = (group, version,
-    plural) -> update <plural>/status; ``self.custom.create_cluster_custom_object`` (a
-    cluster-scoped custom resource) -> create <plural>."""
-    for prefix, verb in _CLIENT_VERBS:  # noqa: B007 (verb is read after the break)
-        if method.startswith(prefix):
-            rest = method[len(prefix) :]
-            break
-    else:
-        raise AssertionError(f"unknown kubernetes client method {method}")
+def permission_of_request(method: str, resource, named: bool, subresource: str, watch: bool) -> Permission:
+    """What one of ``KubeApi``'s requests needs: ``("GET", CLAIMS, named=True, "", False)`` -> get
+    resource.k8s.io/resourceclaims; a watch -> watch of the collection."""
     if watch:
-        assert verb == "list", f"a watch goes through a list function, not {method}"
+        assert method == "GET" and not named, "a watch is a GET of a collection"
         verb = "watch"
-    rest = rest.removeprefix("namespaced_").removesuffix("_for_all_namespaces")
-    if attribute == _CUSTOM:  # CustomObjectsApi: get_cluster_custom_object for a cluster-scoped one
-        rest = rest.removeprefix("cluster_")
-    subresource = ""
-    if rest.endswith("_status"):
-        rest, subresource = rest.removesuffix("_status"), "status"
-    if attribute == _CUSTOM:
-        assert rest == "custom_object" and custom, f"cannot tell what {method} touches"
-        return Permission(custom[0], custom[2], subresource, verb)
-    return Permission(_CLIENT_GROUPS[attribute], rest.replace("_", "") + "s", subresource, verb)
+    else:
+        verb = _HTTP_VERBS[method][0 if named else 1]
+    return Permission(resource.group, resource.plural, subresource, verb)
 
 
-def _custom_resource(fn: ast.FunctionDef, module) -> tuple[str, str, str] | None:
-    """The (group, version, plural) a KubeApi method unpacks from a module constant, e.g.
-    ``group, version, plural = IPAMCLAIMS``."""
-    for node in ast.walk(fn):
-        if (
-            isinstance(node, ast.Assign)
-            and isinstance(node.value, ast.Name)
-            and isinstance(node.targets[0], ast.Tuple)
-            and [getattr(e, "id", None) for e in node.targets[0].elts] == ["group", "version", "plural"]
-        ):
-            return tuple(getattr(module, node.value.id))
-    return None
+def _keyword(call: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
 
 
 def kubeapi_client_calls() -> dict[str, set[Permission]]:
-    """For each public KubeApi method, the permissions its kubernetes client calls need (from
-    the source: ``_call(self.<api>.<fn>, ...)`` and ``self._watch(self.<api>.<fn>, ...)``)."""
+    """For each public KubeApi method, the permissions its requests need, from the source:
+    ``self._call("<HTTP verb>", <Resource>, name=..., subresource=...)``,
+    ``self._get_or_none(<Resource>, namespace, name)`` (a get) and ``self._watch(<Resource>, ...)``."""
     from dracni.kube import api
 
     tree = ast.parse(inspect.getsource(api))
@@ -151,20 +117,23 @@ def kubeapi_client_calls() -> dict[str, set[Permission]]:
             continue
         perms: set[Permission] = set()
         for node in ast.walk(fn):
-            if not (isinstance(node, ast.Call) and node.args):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args):
                 continue
-            callee = node.func
-            is_call = isinstance(callee, ast.Name) and callee.id == "_call"
-            is_watch = isinstance(callee, ast.Attribute) and callee.attr == "_watch"
-            if not (is_call or is_watch):
+            kind = node.func.attr
+            if kind not in ("_call", "_get_or_none", "_watch"):
                 continue
-            target = node.args[0]
-            assert (
-                isinstance(target, ast.Attribute)
-                and isinstance(target.value, ast.Attribute)
-                and target.value.attr in (*_CLIENT_GROUPS, _CUSTOM)
-            ), f"KubeApi.{fn.name}: unexpected call target"
-            perms.add(permission_of_client_call(target.value.attr, target.attr, is_watch, _custom_resource(fn, api)))
+            if kind == "_call":
+                method_node, resource_node = node.args[0], node.args[1]
+                assert isinstance(method_node, ast.Constant), f"KubeApi.{fn.name}: the HTTP verb is not a literal"
+                method = method_node.value
+                named = _keyword(node, "name") is not None
+                sub = _keyword(node, "subresource")
+                subresource = sub.value if isinstance(sub, ast.Constant) else ""
+            else:
+                method, resource_node, named, subresource = "GET", node.args[0], kind == "_get_or_none", ""
+            assert isinstance(resource_node, ast.Name), f"KubeApi.{fn.name}: the resource is not a module constant"
+            resource = getattr(api, resource_node.id)
+            perms.add(permission_of_request(method, resource, named, subresource, kind == "_watch"))
         found[fn.name] = perms
     return found
 

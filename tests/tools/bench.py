@@ -400,6 +400,14 @@ def main() -> None:
         from tests.tools.bench_cluster import api_load_bench, burst_bench
         from tests.tools.bench_pools import pools_bench
 
+        if ONLY in ("burst", "profile"):
+            if ONLY == "profile":
+                from tests.tools.bench_profile import profile_bench
+
+                profile_bench(sys.argv[2])
+            else:
+                burst_bench(sys.argv[2])
+            return
         if ONLY != "pools":
             inner(sys.argv[2])
             if ONLY == "ab":

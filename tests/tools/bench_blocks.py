@@ -100,7 +100,12 @@ class BlockNode:
     def __init__(self, pool: BlockPool, node: str, kubeconfig: str) -> None:
         self.pool = pool
         self.node = node
-        self.api_client = load_api_client(kubeconfig, node)
+        # The kubernetes client's ApiClient (its generated API classes run on it) with dracni's
+        # configuration and User-Agent: the requests are counted per node.
+        ours = load_api_client(kubeconfig, node)
+        self.api_client = client.ApiClient(ours.configuration)
+        self.api_client.user_agent = ours.user_agent
+        ours.close()
         self.custom = client.CustomObjectsApi(self.api_client)
         self.core = client.CoreV1Api(self.api_client)
         self._mine: dict[str, dict[str, Any]] | None = None  # cidr -> the block as last seen

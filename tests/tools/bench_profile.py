@@ -1,0 +1,187 @@
+"""``BENCH_ONLY=profile make bench``: where (h)'s burst spends the service's CPU and memory,
+per claim, so that the next person can repeat the measurement behind issue 25.
+
+The service runs from the source tree under ``tests/tools/profiled_service.py`` (yappi for CPU,
+tracemalloc for memory), against the same test API server and fake kubelet as (h): 100 pods x
+2 claims prepared at once, then unprepared, at 20 ms API latency.  One burst is profiled for
+CPU, another for memory (the two profilers would distort each other).  Printed:
+
+- CPU: each area's own time (yappi's ``tottime``, CPU clock, all threads) in ms per claim,
+  scaled to the process's CPU time measured from /proc over the same burst (the profiler's
+  overhead inflates every figure alike), and the 15 functions that cost the most;
+- memory: what the burst left allocated per area (a cache that grows with requests shows up
+  here) and tracemalloc's peak during it.
+
+Profilers slow everything down: read the shares, not the wall times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pstats
+import signal
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from tests.harness import REPO, Lab
+
+#: (area, path fragments of the files whose code counts to it), first match wins.
+AREAS = (
+    ("kubernetes client: models and validation", ("/kubernetes/", "/pydantic", "/typing_extensions")),
+    ("HTTP: urllib3, http.client, sockets", ("/urllib3/", "/http/", "/socket.py", "/ssl.py", "/email/")),
+    ("gRPC and protobuf", ("/grpc/", "/google/protobuf/", "grpc._cython")),
+    ("JSON (json, orjson, dracni/jsonio)", ("/json/", "orjson", "dracni/jsonio")),
+    ("parameter schema (jsonschema, dracni/params)", ("/jsonschema", "/referencing/", "/rpds", "dracni/params")),
+    ("logging", ("/logging/", "dracni/logtext", "dracni/service/logs")),
+    ("state dir (dracni/state, atomicfile)", ("dracni/state/", "dracni/atomicfile")),
+    ("kubelet helper and gRPC side (dracni/kubelet)", ("dracni/kubelet/",)),
+    ("claims, policy, pools, inventory (dracni)", ("dracni/",)),
+)
+
+
+OTHER = "other (threads' start, the interpreter)"
+
+
+def area_of(path: str) -> str:
+    for area, fragments in AREAS:
+        if any(f in path for f in fragments):
+            return area
+    return OTHER
+
+
+def _signal_and_wait(pid: int, signum: int, marker: Path, timeout: float = 120.0) -> None:
+    marker.unlink(missing_ok=True)
+    os.kill(pid, signum)
+    deadline = time.monotonic() + timeout
+    while not marker.exists():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the profiled service wrote no {marker.name} in {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def _burst_both(kubelet, pods) -> None:
+    from tests.tools.bench_cluster import _burst
+
+    _burst(pods, kubelet.prepare)
+    _burst(pods, kubelet.unprepare)
+
+
+def _own_time_by_area(stats: pstats.Stats) -> Counter[str]:
+    """Each area's own CPU time; the standard library's and builtins' time goes to the areas
+    that called them, in proportion to the time spent from each caller (up the call graph
+    until an area's code is met)."""
+    table = stats.stats  # type: ignore[attr-defined]
+    by_area: Counter[str] = Counter()
+    pending: Counter[tuple[str, int, str]] = Counter()
+    for func, (_cc, _nc, tottime, _cum, _callers) in table.items():
+        area = area_of(func[0])
+        if area == OTHER:
+            pending[func] += tottime
+        else:
+            by_area[area] += tottime
+    for _ in range(50):  # deep enough for any stdlib chain; what is left stays "other"
+        if not pending:
+            break
+        passed: Counter[tuple[str, int, str]] = Counter()
+        for func, seconds in pending.items():
+            callers = table[func][4]
+            weights = {caller: max(t[3], 1e-12) for caller, t in callers.items() if caller in table}
+            if not weights:
+                by_area[OTHER] += seconds
+                continue
+            total = sum(weights.values())
+            for caller, weight in weights.items():
+                share = seconds * weight / total
+                area = area_of(caller[0])
+                if area == OTHER:
+                    passed[caller] += share
+                else:
+                    by_area[area] += share
+        pending = passed
+    by_area[OTHER] += sum(pending.values())
+    return by_area
+
+
+def cpu_report(stats_file: Path, cpu_ms: float, claims: int) -> None:
+    stats = pstats.Stats(str(stats_file))
+    by_area = _own_time_by_area(stats)
+    by_function: Counter[str] = Counter()
+    for (path, line, name), (_cc, _nc, tottime, _cum, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        short = path.split("site-packages/")[-1].split(str(REPO) + "/")[-1]
+        by_function[f"{name} ({short}:{line})"] += tottime
+    total = sum(by_area.values())
+    scale = cpu_ms / total if total else 0.0
+    print(
+        f"    CPU by area (the stdlib's and builtins' time counted to their callers), ms per claim; "
+        f"the service used {cpu_ms / claims:.2f} ms per claim in this profiled burst:"
+    )
+    for area, seconds in by_area.most_common():
+        print(f"      {seconds * scale / claims:6.3f}  {100 * seconds / total:4.1f}%  {area}")
+    print("    the 15 costliest functions (own time), ms per claim:")
+    for function, seconds in by_function.most_common(15):
+        print(f"      {seconds * scale / claims:6.3f}  {function}")
+
+
+def alloc_report(report_file: Path, claims: int) -> None:
+    report = json.loads(report_file.read_text())
+    by_area: Counter[str] = Counter()
+    blocks: Counter[str] = Counter()
+    for entry in report["by_file"]:
+        by_area[area_of(entry["file"])] += entry["size_diff"]
+        blocks[area_of(entry["file"])] += entry["count_diff"]
+    print(
+        f"    memory: tracemalloc's peak in the burst {report['peak_bytes'] / 2**20:.1f} MiB; left allocated after it "
+        f"(bytes and blocks per claim; a cache growing with requests shows here):"
+    )
+    for area, size in sorted(by_area.items(), key=lambda kv: -abs(kv[1])):
+        if size or blocks[area]:
+            print(f"      {size / claims:8.0f} B {blocks[area] / claims:6.1f} blocks  {area}")
+
+
+def profile_bench(base: str) -> None:
+    """See the module docstring."""
+    from tests.integration.service import FakeApiServer, ServiceProcess, macvlan_params
+    from tests.tools.bench_cluster import BURST_PODS, LATENCY, _alone, _claims, cpu_ms
+    from tests.tools.bench_pools import reservation_crd
+
+    out = Path(base) / "profile"
+    out.mkdir(parents=True)
+    api = FakeApiServer(Path(base) / "apiserver-profile", crds=[reservation_crd()]).start()
+    api.add_node("node-a")
+    lab = Lab(base=Path(base) / "profile-lab", nics=("eth1",))
+    service = None
+    saved = os.environ.get("DRACNI_PROFILE_DIR")
+    os.environ["DRACNI_PROFILE_DIR"] = str(out)
+    try:
+        pods = _claims(api, macvlan_params(lab, master="eth1", subnet="10.94.0.0/16", network="bench-p"), "p")
+        service = ServiceProcess(lab, api, program=(sys.executable, "-m", "tests.tools.profiled_service"))
+        service.start()
+        api.latency = LATENCY
+        _alone(service.kubelet, pods[0])
+        _burst_both(service.kubelet, pods)  # warm: threads started, lazy imports done
+        claims = 2 * BURST_PODS
+        print(f"(h) profiled: {BURST_PODS} pods x 2 claims prepared at once and unprepared, from the source tree:")
+        pid = service.proc.pid
+        _signal_and_wait(pid, signal.SIGUSR1, out / "cpu.started")
+        before = cpu_ms(pid)
+        _burst_both(service.kubelet, pods)
+        spent = cpu_ms(pid) - before
+        _signal_and_wait(pid, signal.SIGUSR1, out / "cpu.done")
+        cpu_report(out / "cpu.pstat", spent, claims)
+        _signal_and_wait(pid, signal.SIGUSR2, out / "alloc.started")
+        _burst_both(service.kubelet, pods)
+        _signal_and_wait(pid, signal.SIGUSR2, out / "alloc.done")
+        alloc_report(out / "alloc.json", claims)
+    finally:
+        if saved is None:
+            os.environ.pop("DRACNI_PROFILE_DIR", None)
+        else:
+            os.environ["DRACNI_PROFILE_DIR"] = saved
+        api.latency = 0.0
+        if service:
+            service.close()
+        api.close()
+        lab.close()
