@@ -31,6 +31,8 @@ class BatchWorkers:
         self._mutex = threading.Lock()
 
     def map(self, work: Callable[[T], R], items: Iterable[T]) -> list[R]:
+        """The caller works on the first item itself while the pool takes the others: a pod's
+        two claims cost one hand-over to another thread, not two and a wait."""
         items = list(items)
         if len(items) <= 1:
             return [work(item) for item in items]
@@ -38,7 +40,14 @@ class BatchWorkers:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="dracni-claim")
             pool = self._pool
-        return list(pool.map(work, items))
+        others = [pool.submit(work, item) for item in items[1:]]
+        try:
+            first = work(items[0])
+        except BaseException:
+            for future in others:
+                future.cancel()
+            raise
+        return [first, *(future.result() for future in others)]
 
     def close(self) -> None:
         """Stop the idle threads (a running batch finishes); a later batch starts new ones."""

@@ -34,6 +34,8 @@ from .records import attachment_key, claim_pod_keys, pod_index_keys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~7 ms to import; annotations are strings (PEP 563)
+    from collections.abc import Mapping
+
     from .records import JSON, Attachment, PodIndex, PreparedClaim, StatusOutbox
 
 
@@ -77,19 +79,24 @@ class StateDir(RecordFiles):
     def put_claim(self, record: PreparedClaim) -> None:
         self.put_claims([record])
 
-    def put_claims(self, records: list[PreparedClaim]) -> None:
+    def put_claims(self, records: list[PreparedClaim], known: Mapping[str, PreparedClaim | None] | None = None) -> None:
         """Store prepared claims and index them under every pod they are reserved for.
 
         One lock hold and one write per pod index file however many claims a pod has
-        (kubelet prepares all of a pod's claims in one call).
+        (kubelet prepares all of a pod's claims in one call).  ``known``: the records of these
+        UIDs as the caller read them in the same lock hold (None: none there), not read again.
         """
         with self.locked():
             adds: dict[str, list[str]] = {}
             removes: dict[str, list[str]] = {}
             for record in records:
                 # an unreadable old record is moved aside: kubelet's next prepare must not fail forever
+                old: PreparedClaim | None
                 try:
-                    old: PreparedClaim | None = self._read(self._path("claims", record["uid"]))
+                    if known is not None and record["uid"] in known:
+                        old = known[record["uid"]]
+                    else:
+                        old = self._read(self._path("claims", record["uid"]))
                 except BadRecord as exc:
                     if exc.newer:  # a newer dracni's: never overwritten
                         raise
