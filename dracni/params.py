@@ -1,33 +1,27 @@
 """Validate and normalise the opaque parameters of a ResourceClaim device config.
 
-The rules live in ``spec/claim-parameters.schema.json``; this module applies that schema,
-turns the most specific schema error into a message naming the offending field
-(``parameters.config.plugins[1].type: "macvlan/x" must not contain "/"``), and adds what a
-schema cannot express: decoding a JSON-string config first, config and network being
+The rules live in ``spec/claim-parameters.schema.json``; this module applies that schema
+(``dracni/paramschema.py``: the check, and a message naming the offending field) and adds what
+a schema cannot express: decoding a JSON-string config first, config and network being
 exclusive, and the derived names of a single-plugin config.  What a tenant may put in them is
-the tenant policy's business (``dracni.policy``).
-
-The schema runs compiled (fastjsonschema) and, only to word a refusal, through jsonschema; both
-are imported here only (lazily, on first validation): nothing on the CNI hot path imports this
+the tenant policy's business (``dracni.policy``).  Nothing on the CNI hot path imports this
 module.
 """
 
 from __future__ import annotations
 
 import copy
-import difflib
 import json
 import re
-from collections.abc import Iterable, Iterator
-from functools import lru_cache
+from collections.abc import Iterable
 from typing import Any, NotRequired, TypedDict
 
-SCHEMA_FILE = "claim-parameters.schema.json"
+from dracni.paramschema import format_path, schema_problem, show
+
 API_VERSION_DRACNI = "dracni.io/v1alpha1"
 API_VERSION_CNI_DRA = "cni.networking.x-k8s.io/v1alpha1"
 
 _NETWORK_NAME = re.compile(r"\A[a-zA-Z0-9][a-zA-Z0-9_.\-]*\Z")
-_PLAIN_KEY = re.compile(r"\A[A-Za-z_][A-Za-z0-9_\-]*\Z")
 _IFNAMSIZ = 15  # bytes, without the terminating NUL
 #: A character of an interface name that Linux tools mishandle: anything but printable ASCII
 #: (control characters such as ESC reach terminals raw through ``ip`` and ``dracni inspect``,
@@ -41,7 +35,6 @@ IF_NAME_CHARACTERS = (
     "an interface name is printable ASCII without whitespace, quotes, backslash, '/', ':' or '%', "
     "so that ip, JSON tools and terminals show it as it is and the kernel creates it under that name"
 )
-_VALUE_LIMIT = 80
 
 #: How deep the opaque parameters may nest (objects and arrays).  A real config needs fewer
 #: than ten levels; the limit keeps the recursive schema check and copies far from Python's
@@ -77,13 +70,88 @@ class ParameterError(ValueError):
         self.reason = reason
 
 
+#: Parameters validated lately (their JSON text -> the result), at most this many.
+VALIDATED_CACHE_SIZE = 128
+
+
+class _Validated:
+    """The results of the last ``VALIDATED_CACHE_SIZE`` parameters that passed, keyed by their
+    JSON text: a DeviceClass's network reaches the node in the allocation of every claim of the
+    class, and the claims of one template carry the same parameters, so in a burst of pod
+    starts most validations are repeats (each ~100 us of the ~600 us a claim costs; a hit is a
+    copy, ~5 us).  Bounded, so it never grows with requests; failures are not kept."""
+
+    def __init__(self, size: int) -> None:
+        import threading
+        from collections import OrderedDict
+
+        self.size = size
+        self._lock = threading.Lock()
+        self._results: OrderedDict[bytes, DeviceParameters] = OrderedDict()
+
+    def get(self, key: bytes) -> DeviceParameters | None:
+        with self._lock:
+            result = self._results.get(key)
+            if result is None:
+                return None
+            self._results.move_to_end(key)
+        copied: DeviceParameters = _copied(result)
+        return copied
+
+    def put(self, key: bytes, result: DeviceParameters) -> None:
+        kept = _copied(result)
+        with self._lock:
+            self._results[key] = kept
+            self._results.move_to_end(key)
+            while len(self._results) > self.size:
+                self._results.popitem(last=False)
+
+
+_validated = _Validated(VALIDATED_CACHE_SIZE)
+
+
+def _copied(value: Any) -> Any:
+    """A copy of JSON data sharing nothing mutable with it (5x faster than ``copy.deepcopy``,
+    which also keeps a memo for shared and cyclic references, which JSON data has none of)."""
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_copied(v) for v in value)
+    return value
+
+
+def _cache_key(params: object) -> bytes | None:
+    """``params`` as exact JSON text (NaN and big integers kept apart), None when it has none."""
+    from dracni import jsonio
+
+    try:
+        return jsonio.dumps(params)
+    except (TypeError, ValueError, RecursionError):  # a lone surrogate, a non-JSON value: validated each time
+        return None
+
+
 def validate_parameters(params: object, *, where: str = "parameters") -> DeviceParameters:
     """Check the shape of ``params`` and return the normalised attachment.
 
     ``config``, when given, is always returned as a conflist object (a single plugin config
     becomes a one-plugin conflist named after its ``name``, else its ``type``).  The input is
-    never modified; the result shares nothing with it.
+    never modified; the result shares nothing with it.  Parameters seen lately are answered from
+    ``_validated`` (the result does not depend on ``where``, which only words errors).
     """
+    key = _cache_key(params) if isinstance(params, dict) else None
+    if key is not None:
+        cached = _validated.get(key)
+        if cached is not None:
+            return cached
+    result = _validate(params, where)
+    if key is not None:
+        _validated.put(key, result)
+    return result
+
+
+def _validate(params: object, where: str) -> DeviceParameters:
     if not isinstance(params, dict):
         raise ParameterError(where, f"must be a JSON object, not {_json_type(params)}")
     _check_depth(params, where)
@@ -100,12 +168,12 @@ def validate_parameters(params: object, *, where: str = "parameters") -> DeviceP
     config = None if raw is None else _as_conflist(raw, config_field) if single else copy.deepcopy(raw)
     if_name = params.get("ifName")
     if if_name is not None and len(if_name.encode()) > _IFNAMSIZ:
-        raise ParameterError(f"{where}.ifName", f"{_show(if_name)} is longer than {_IFNAMSIZ} bytes")
+        raise ParameterError(f"{where}.ifName", f"{show(if_name)} is longer than {_IFNAMSIZ} bytes")
     if if_name is not None and (bad := _IF_NAME_UNSAFE.search(if_name)):
         raise ParameterError(
             f"{where}.ifName",
-            f"{_show(if_name, ascii_only=True)} holds a character Linux tools mishandle,"
-            f" {_show(bad.group(), ascii_only=True)} (rule ifNameCharacters: {IF_NAME_CHARACTERS})",
+            f"{show(if_name, ascii_only=True)} holds a character Linux tools mishandle,"
+            f" {show(bad.group(), ascii_only=True)} (rule ifNameCharacters: {IF_NAME_CHARACTERS})",
         )
     out: DeviceParameters = {
         "ifName": if_name,
@@ -182,12 +250,12 @@ def check_encodable(value: object, where: str) -> None:
         if isinstance(item, dict):
             for key, child in item.items():
                 if isinstance(key, str) and (problem := _unencodable(key)):
-                    raise ParameterError(_format_path(where, path), f"the key {_show(key, ascii_only=True)} {problem}")
+                    raise ParameterError(format_path(where, path), f"the key {show(key, ascii_only=True)} {problem}")
                 stack.append((child, [*path, key]))
         elif isinstance(item, list):
             stack.extend((child, [*path, i]) for i, child in enumerate(item))
         elif isinstance(item, str) and (problem := _unencodable(item)):
-            raise ParameterError(_format_path(where, path), f"{_show(item, ascii_only=True)} {problem}")
+            raise ParameterError(format_path(where, path), f"{show(item, ascii_only=True)} {problem}")
 
 
 def _unencodable(text: str) -> str | None:
@@ -200,6 +268,12 @@ def _unencodable(text: str) -> str | None:
     return None
 
 
+def _check_schema(params: dict[str, Any], where: str) -> None:
+    problem = schema_problem(params, where)
+    if problem is not None:
+        raise ParameterError(*problem)
+
+
 def _check_depth(value: object, field: str, base: int = 0) -> None:
     if base + nesting_depth(value, MAX_PARAMETER_DEPTH - base) > MAX_PARAMETER_DEPTH:
         raise ParameterError(field, _too_deep())
@@ -209,31 +283,6 @@ def _too_deep() -> str:
     return f"nested too deeply: the limit is {MAX_PARAMETER_DEPTH} levels of objects and arrays"
 
 
-def _check_schema(params: dict[str, Any], where: str) -> None:
-    """The schema's verdict: fastjsonschema's compiled check first (a valid claim, the common
-    case, costs ~10 us instead of jsonschema's ~60-180 us, and jsonschema is never imported);
-    only for parameters it refuses does jsonschema, the reference, find and word the error.  Where
-    the two disagree on a refusal, jsonschema's "valid" stands (tests/unit/test_params_schema.py
-    holds them to the same verdict over the tests' corpus)."""
-    if _fast_check(params):
-        return
-    errors = list(_validator().iter_errors(params))
-    if errors:
-        field, reason = _describe(_best_error(errors), where)
-        raise ParameterError(field, reason)
-
-
-def _fast_check(params: dict[str, Any]) -> bool:
-    """Whether the compiled schema passes ``params``."""
-    import fastjsonschema
-
-    try:
-        _compiled()(params)
-    except fastjsonschema.JsonSchemaException:
-        return False
-    return True
-
-
 def _as_conflist(plugin: dict[str, Any], field: str) -> dict[str, Any]:
     """Wrap a single plugin config the way libcni's ConfListFromConf does."""
     plugin = copy.deepcopy(plugin)
@@ -241,7 +290,7 @@ def _as_conflist(plugin: dict[str, Any], field: str) -> dict[str, Any]:
     if not _NETWORK_NAME.match(name):
         raise ParameterError(
             f"{field}.type",
-            f'{_show(plugin["type"])} cannot be used as the network name; set "name" in the config',
+            f'{show(plugin["type"])} cannot be used as the network name; set "name" in the config',
         )
     conflist: dict[str, Any] = {"name": name, "plugins": [plugin]}
     if "cniVersion" in plugin:
@@ -250,105 +299,6 @@ def _as_conflist(plugin: dict[str, Any], field: str) -> dict[str, Any]:
 
 
 # -- schema errors -----------------------------------------------------------------------
-
-
-@lru_cache(maxsize=1)
-def _compiled() -> Any:
-    """The schema compiled to Python once (fastjsonschema; ~15 ms)."""
-    import fastjsonschema
-
-    from dracni.specfiles import load_json_spec
-
-    return fastjsonschema.compile(load_json_spec(SCHEMA_FILE), use_formats=False)
-
-
-@lru_cache(maxsize=1)
-def _validator() -> Any:
-    import jsonschema
-
-    from dracni.specfiles import load_json_spec
-
-    schema = load_json_spec(SCHEMA_FILE)
-    cls = jsonschema.validators.validator_for(schema)
-    return cls(schema)
-
-
-def _leaves(errors: Iterable[Any]) -> Iterator[Any]:
-    for error in errors:
-        if error.context:
-            yield from _leaves(error.context)
-        else:
-            yield error
-
-
-def _best_error(errors: list[Any]) -> Any:
-    """The deepest error (the most specific field); the first one among equals."""
-    return max(_leaves(errors), key=_depth)
-
-
-def _depth(error: Any) -> int:
-    """Path length of the field an error is about (a missing or unknown key is one deeper)."""
-    return len(error.absolute_path) + (error.validator in ("required", "additionalProperties"))
-
-
-def _describe(error: Any, where: str) -> tuple[str, str]:
-    path: list[str | int] = list(error.absolute_path)
-    template = error.schema.get("errorMessage") if isinstance(error.schema, dict) else None
-    if isinstance(template, dict):
-        template = template.get(error.validator)
-    if error.validator == "required":
-        path.append(_missing_property(error))
-        reason = template or "is required"
-    elif error.validator == "additionalProperties":
-        name, reason = _unknown_property(error)
-        path.append(name)
-    elif isinstance(template, str):
-        reason = template.replace("{value}", _show(error.instance))
-    else:
-        reason = error.message
-    return _format_path(where, path), reason
-
-
-def _missing_property(error: Any) -> str:
-    missing: list[str] = [p for p in error.validator_value if p not in error.instance]
-    for name in missing:
-        if error.message.startswith(repr(name)):
-            return name
-    return missing[0] if missing else "?"
-
-
-def _unknown_property(error: Any) -> tuple[str, str]:
-    known = sorted(error.schema.get("properties", {}))
-    extras = [k for k in error.instance if k not in known]
-    name = extras[0] if extras else "?"
-    by_lower = {k.lower(): k for k in known}
-    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1)
-    if close:
-        hint = f'; did you mean "{by_lower[close[0]]}"?'
-    else:
-        hint = f" (known fields: {', '.join(known)})"
-    return name, f"unknown field{hint}"
-
-
-def _format_path(where: str, parts: Iterable[str | int]) -> str:
-    out = where
-    for part in parts:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif _PLAIN_KEY.match(part):
-            out += f".{part}"
-        else:
-            out += f"[{json.dumps(part)}]"
-    return out
-
-
-def _show(value: object, *, ascii_only: bool = False) -> str:
-    """A value as JSON, shortened for messages; ``ascii_only`` escapes all but printable ASCII."""
-    try:
-        text = json.dumps(value, ensure_ascii=ascii_only)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= _VALUE_LIMIT else text[: _VALUE_LIMIT - 3] + "..."
 
 
 def _json_type(value: object) -> str:

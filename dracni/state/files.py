@@ -24,6 +24,7 @@ the lock, when a write needs it).
 from __future__ import annotations
 
 import os
+import stat
 
 from .. import jsonio
 from ..atomicfile import fsync_dir, read_if_exists, write_atomic
@@ -99,9 +100,18 @@ class RecordFiles:
         return os.path.join(self.root, kind, _safe_component(stem, kind[:-1]) + ".json")
 
     def ensure(self) -> None:
-        """Create the directory tree with owner-only permissions."""
+        """Create the directory tree with owner-only permissions (before every lock hold: the
+        tree may have been removed meanwhile).  A directory already there with those
+        permissions costs one stat and is not touched: a chmod of each directory at every hold
+        would rewrite six inodes for nothing."""
         for sub in ("", "claims", "pods", "attachments", "outbox", "cache"):
             path = os.path.join(self.root, sub)
+            try:
+                st = os.stat(path)
+                if stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == DIR_MODE:
+                    continue
+            except OSError:
+                pass
             try:
                 os.makedirs(path, mode=DIR_MODE, exist_ok=True)
                 os.chmod(path, DIR_MODE)

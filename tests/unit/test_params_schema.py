@@ -1,5 +1,5 @@
 """The claim-parameter schema runs compiled (fastjsonschema) and, to word a refusal, through
-jsonschema (``dracni.params._check_schema``): the two must give the same verdict.  Held here
+jsonschema (``dracni.paramschema.schema_problem``): the two must give the same verdict.  Held here
 over generated parameters near the schema's shapes, seeded (``derandomize``), so that the
 verdicts are the same on every run."""
 
@@ -10,7 +10,9 @@ import copy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dracni.params import _fast_check, _validator, validate_parameters
+from dracni.params import validate_parameters
+from dracni.paramschema import _validator
+from dracni.paramschema import fast_check as _fast_check
 from dracni.specfiles import load_json_spec
 
 
