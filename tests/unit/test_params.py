@@ -368,3 +368,40 @@ def test_deepest_error_wins() -> None:
     # a typo at the top and a bad type deep inside: the specific one is reported first
     conflist = dict(CONFLIST, plugins=[{"type": "x/y"}])
     assert error_of(attachment(config=conflist, ifname="x")).field == "parameters.config.plugins[0].type"
+
+
+# -- the parameters validated lately (params._Validated) ------------------------------------
+
+
+def test_a_repeated_validation_gives_an_equal_result_that_shares_nothing() -> None:
+    params = attachment(ifName="net7")
+    first = validate_parameters(params)
+    first["config"]["plugins"][0]["master"] = "changed by a caller"
+    first["runtimeConfig"]["mac"] = "02:00:00:00:00:01"
+    second = validate_parameters(copy.deepcopy(params))
+    assert second["config"]["plugins"][0]["master"] == "eth0"
+    assert second["runtimeConfig"] == {}
+    assert second == validate_parameters(params)
+    assert params["config"]["plugins"][0]["master"] == "eth0"  # the input is never modified
+
+
+def test_refused_parameters_are_refused_again_naming_the_field_of_each_call() -> None:
+    bad = attachment(ifName="x" * 16)
+    assert error_of(bad).field == "parameters.ifName"
+    assert error_of(copy.deepcopy(bad), where="config[2].parameters").field == "config[2].parameters.ifName"
+
+
+def test_parameters_differing_in_a_value_are_told_apart() -> None:
+    """The key is the exact JSON text: 1 and true, 1 and 1.0, NaN and null are not the same."""
+    from dracni.params import _cache_key
+
+    assert len({_cache_key({"a": v}) for v in (1, True, 1.0, float("nan"), None, "1")}) == 6
+    assert _cache_key({"a": "\ud800"}) is None  # a lone surrogate is validated (and refused) each time
+
+
+def test_the_kept_results_are_bounded() -> None:
+    from dracni.params import VALIDATED_CACHE_SIZE, _validated
+
+    for i in range(VALIDATED_CACHE_SIZE + 40):
+        validate_parameters(attachment(ifName=f"n{i}"))
+    assert len(_validated._results) == VALIDATED_CACHE_SIZE
