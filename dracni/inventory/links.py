@@ -9,7 +9,10 @@ all read the links from here.
   namespace it was made in, so any thread uses it afterwards.  Nothing forks: pyroute2's
   ``NetNS`` forks a child into the namespace for every socket, and a fork beside gRPC's threads
   is unsafe (gRPC skips its fork handlers and says so in its own log format, and a child forked
-  while another thread held a lock can hang on it).  pyroute2 only parses the messages.
+  while another thread held a lock can hang on it).
+- **Reading the messages.**  ``dracni.netlink`` parses them (``messages()`` splits a received
+  buffer, ``link()`` reads an RTM_NEWLINK/RTM_DELLINK): stdlib only, the parser the CNI plugin's
+  dumps use.  (pyroute2 parsed them before; its imports cost the service ~10 MiB and 200 modules.)
 - **The view.**  ``LinkDB`` dumps the links and follows ``RTMGRP_LINK`` events on one thread.
   Subscribers hear after every batch of messages (``changed``: a link was added, changed or
   removed) and every ``POLL_SECONDS`` anyway, on that thread.  Without a running watcher,
@@ -17,13 +20,14 @@ all read the links from here.
 - **Whether a link passes traffic** (``link_problems``, below): the one predicate behind both
   kubelet's device health (Unhealthy) and the ResourceSlice's ``link=down`` taint.
 
-Not on the CNI hot path; pyroute2 is imported lazily, on the first message parsed.
+Not on the CNI hot path (``threading``, ``select`` and ``dataclasses`` are too heavy for it).
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import os
 import select
 import socket
 import struct
@@ -31,8 +35,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from .. import netlink
 from ..netns import in_netns
 
 log = logging.getLogger(__name__)
@@ -55,12 +59,9 @@ DUMP_TIMEOUT_SECONDS = 10.0
 #: its devices Unhealthy *and* the scheduler must see the taint, so both read this one set.
 DOWN_STATES = frozenset({"down", "lowerlayerdown", "dormant", "notpresent", "testing"})
 
-# netlink (linux/netlink.h, linux/rtnetlink.h, linux/sched.h)
+# netlink (linux/netlink.h, linux/rtnetlink.h, linux/if.h); message types and layouts: dracni.netlink
 _NETLINK_ROUTE = 0
 _RTMGRP_LINK = 1
-_NLMSG_ERROR, _NLMSG_DONE = 2, 3
-_RTM_NEWLINK, _RTM_DELLINK, _RTM_GETLINK = 16, 17, 18
-_NLM_F_REQUEST, _NLM_F_DUMP = 0x1, 0x300
 _IFF_UP = 0x1
 _RCVBUF = 1 << 20
 _RECV = 1 << 16
@@ -105,34 +106,26 @@ class LinkState:
         return link_problems(self.oper_state, self.carrier, self.admin_up)
 
 
-def _alt_names(msg: Any) -> tuple[str, ...]:
-    props = msg.get_attr("IFLA_PROP_LIST")
-    if props is None:
-        return ()
-    try:
-        return tuple(props.get_attrs("IFLA_ALT_IFNAME"))
-    except (AttributeError, KeyError, TypeError):
-        return ()
-
-
-def link_state(msg: Any) -> LinkState:
-    """The LinkState of a parsed RTM_NEWLINK/RTM_DELLINK message."""
-    index = int(msg["index"])
-    carrier = msg.get_attr("IFLA_CARRIER")
+def link_state(msg: netlink.Message) -> LinkState | None:
+    """The LinkState of an RTM_NEWLINK/RTM_DELLINK message; None when its body is too short to
+    be one.  A link without a name is ``if<index>``; master 0 is no master."""
+    link = netlink.link(msg.body)
+    if link is None:
+        return None
     return LinkState(
-        name=msg.get_attr("IFLA_IFNAME") or f"if{index}",
-        index=index,
-        admin_up=bool(msg["flags"] & _IFF_UP),
-        oper_state=str(msg.get_attr("IFLA_OPERSTATE") or "unknown").lower(),
-        carrier=None if carrier is None else bool(carrier),
-        mac=msg.get_attr("IFLA_ADDRESS") or "",
-        mtu=msg.get_attr("IFLA_MTU") or 0,
-        kind=msg.get_nested("IFLA_LINKINFO", "IFLA_INFO_KIND") or "",
-        link_type=int(msg["ifi_type"]),
-        master_index=msg.get_attr("IFLA_MASTER") or None,
-        alt_names=_alt_names(msg),
-        parent_dev=msg.get_attr("IFLA_PARENT_DEV_NAME"),
-        parent_bus=msg.get_attr("IFLA_PARENT_DEV_BUS_NAME"),
+        name=link.name or f"if{link.index}",
+        index=link.index,
+        admin_up=bool(link.flags & _IFF_UP),
+        oper_state=link.oper_state or "unknown",
+        carrier=link.carrier,
+        mac=link.mac or "",
+        mtu=link.mtu or 0,
+        kind=link.kind or "",
+        link_type=link.link_type,
+        master_index=link.master or None,
+        alt_names=link.alt_names,
+        parent_dev=link.parent_dev,
+        parent_bus=link.parent_bus,
     )
 
 
@@ -161,45 +154,37 @@ def open_route_socket(netns: str | None = None, *, groups: int = 0) -> socket.so
 
 def _dump_request(seq: int) -> bytes:
     # struct nlmsghdr + struct ifinfomsg (all zero: every family, every link)
-    return struct.pack("=IHHII", 32, _RTM_GETLINK, _NLM_F_REQUEST | _NLM_F_DUMP, seq, 0) + bytes(16)
+    flags = netlink.NLM_F_REQUEST | netlink.NLM_F_DUMP
+    return struct.pack("=IHHII", 32, netlink.RTM_GETLINK, flags, seq, 0) + bytes(16)
 
 
-def _parser() -> Any:
-    import pyroute2  # noqa: F401  the package first: marshal alone is a circular import
-    from pyroute2.netlink.rtnl.marshal import MarshalRtnl
-
-    return MarshalRtnl()
-
-
-def _receive(sock: socket.socket, parser: Any, timeout: float) -> list[Any]:
-    """The messages that arrive within ``timeout`` (one read), parsed."""
+def _receive(sock: socket.socket, timeout: float) -> list[netlink.Message]:
+    """The messages that arrive within ``timeout`` (one read)."""
     readable, _, _ = select.select([sock], [], [], timeout)
-    return list(parser.parse(sock.recv(_RECV))) if readable else []
+    return netlink.messages(sock.recv(_RECV)) if readable else []
 
 
-def _dump_done(msg: Any, seq: int) -> bool:
+def _dump_done(msg: netlink.Message, seq: int) -> bool:
     """Whether ``msg`` ends the dump ``seq``; raises when the kernel refused it."""
-    header = msg["header"]
-    if header["sequence_number"] != seq:
+    if msg.seq != seq:
         return False
-    if header["type"] == _NLMSG_ERROR and header.get("error"):
-        raise OSError(f"netlink link dump failed: {header['error']}")
-    return bool(header["type"] == _NLMSG_DONE)
+    if msg.kind == netlink.NLMSG_ERROR and msg.error:
+        raise OSError(msg.error, f"netlink link dump failed: {os.strerror(msg.error)}")
+    return msg.kind == netlink.NLMSG_DONE
 
 
 def dump_links(netns: str | None = None) -> list[LinkState]:
     """Every link of the namespace, once, sorted by index (no watcher)."""
-    parser = _parser()
     with open_route_socket(netns) as sock:
         sock.send(_dump_request(1))
         links: dict[int, LinkState] = {}
         deadline = time.monotonic() + DUMP_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
-            for msg in _receive(sock, parser, POLL_SECONDS):
+            for msg in _receive(sock, POLL_SECONDS):
                 if _dump_done(msg, 1):
                     return sorted(links.values(), key=lambda link: link.index)
-                if msg["header"]["type"] == _RTM_NEWLINK:
-                    link = link_state(msg)
+                link = link_state(msg) if msg.kind == netlink.RTM_NEWLINK else None
+                if link is not None:
                     links[link.index] = link
     raise OSError(errno.ETIMEDOUT, "netlink link dump did not finish")
 
@@ -226,7 +211,6 @@ class LinkDB:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._sock: socket.socket | None = None
-        self._parser: Any = None
         self._seq = 0
 
     @classmethod
@@ -285,7 +269,6 @@ class LinkDB:
     # -- the thread ---------------------------------------------------------------------------
     def _run(self, ready: threading.Event, failure: list[BaseException]) -> None:
         try:
-            self._parser = _parser()
             self._sock = open_route_socket(self.netns, groups=_RTMGRP_LINK)
             self._dump()
             self._alive_at = time.monotonic()
@@ -297,7 +280,7 @@ class LinkDB:
         try:
             while not self._stop.is_set():
                 try:
-                    changed = self._apply(_receive(self._sock, self._parser, POLL_SECONDS))
+                    changed = self._apply(_receive(self._sock, POLL_SECONDS))
                 except OSError as exc:
                     if exc.errno != errno.ENOBUFS:
                         raise
@@ -331,12 +314,12 @@ class LinkDB:
         fresh: dict[int, LinkState] = {}
         done = False
         while not done and not self._stop.is_set():
-            for msg in _receive(self._sock, self._parser, POLL_SECONDS):
+            for msg in _receive(self._sock, POLL_SECONDS):
                 if _dump_done(msg, seq):
                     done = True
-                elif msg["header"]["sequence_number"] == seq:
-                    if msg["header"]["type"] == _RTM_NEWLINK:
-                        link = link_state(msg)
+                elif msg.seq == seq:
+                    link = link_state(msg) if msg.kind == netlink.RTM_NEWLINK else None
+                    if link is not None:
                         fresh[link.index] = link
                 else:  # an event during the dump: the dump's answer may predate it
                     self._apply([msg], fresh)
@@ -345,19 +328,19 @@ class LinkDB:
             self._links = fresh
         return changed
 
-    def _apply(self, messages: list[Any], also: dict[int, LinkState] | None = None) -> bool:
+    def _apply(self, messages: list[netlink.Message], also: dict[int, LinkState] | None = None) -> bool:
         """Apply link events to the view (and to ``also``); whether the view changed."""
         changed = False
         for msg in messages:
-            kind = msg["header"]["type"]
-            if kind not in (_RTM_NEWLINK, _RTM_DELLINK):
+            kind = msg.kind
+            link = link_state(msg) if kind in (netlink.RTM_NEWLINK, netlink.RTM_DELLINK) else None
+            if link is None:
                 continue
-            link = link_state(msg)
             for view in (self._links, also):
                 if view is None:
                     continue
                 with self._lock:
-                    if kind == _RTM_DELLINK:
+                    if kind == netlink.RTM_DELLINK:
                         found = view.pop(link.index, None) is not None
                     else:
                         found = view.get(link.index) != link

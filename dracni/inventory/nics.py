@@ -6,8 +6,8 @@ SR-IOV role, link speed, kernel driver.  ``discover_nics()`` is that for one nam
 place every reader (slice publisher, device lookup, health, ``dracni inventory``) gets NICs
 from.  ``eligible()`` decides which of them dracni offers as devices in its ResourceSlices.
 
-No netlink here: ``links`` owns the socket (pyroute2 only parses its messages, imported
-lazily there), so importing this module costs the CNI plugin and the state code nothing.
+No netlink here: ``links`` owns the socket (``dracni.netlink`` parses its messages), so
+importing this module costs the CNI plugin and the state code nothing.
 
 sysfs and network namespaces: ``/sys/class/net`` lists the links of the namespace that mounted
 that sysfs, not those of the process or of ``netns``.  A ``class/net/<name>`` entry is used only
