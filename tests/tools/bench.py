@@ -39,6 +39,7 @@ from pathlib import Path
 from tests.harness import DRACNI_BINARY, REPO, Lab, attachment_params, claim_manifest, ip
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "40"))
+#: ``BENCH_ONLY=burst`` runs (h) alone, ``BENCH_ONLY=profile`` its profile (tests/tools/bench_profile.py);
 #: ``BENCH_ONLY=ab`` runs only the CNI exec measurements (a), (b) and (c) (for profiling work);
 #: ``BENCH_ONLY=abd`` adds the service's (d) and (e) (to compare two builds: run it once with each
 #: ``DRACNI_BINARY``); ``BENCH_ONLY=pools`` the address pool figures ((g), (h), (j), (k): with and

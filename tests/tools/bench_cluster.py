@@ -7,10 +7,11 @@ behaviour under a burst, with the frozen bundle against the test API server.
     asked and were sent about claims meanwhile (goal: nothing); then as many pod starts on a
     network with an address pool (issue 21: the reservation's create and delete; goal <= 5).
 (h) 100 pods x 2 claims prepared at once through the fake kubelet, the API server answering
-    each request after 20 ms: prepare and unprepare p50/p99 against one pod alone (goal: p99
-    within 3x), and the service's resident memory idle and at its peak (goals: <= 80 MiB idle,
-    <= 100 MiB at peak); the same burst again on a network with an address pool (a /22), in the
-    same run against the same service.
+    each request after 20 ms: prepare and unprepare p50/p99 for one pod alone and in the burst
+    (goal: burst p99 within 8x one pod alone, 3x beyond), the service's CPU per claim in the
+    burst of prepares (goal: <= 1.0 ms) and its resident memory idle and at its peak (goals:
+    <= 80 MiB idle, <= 100 MiB at peak); the same bursts again on a network with an address pool
+    (a /22), in the same run against the same service.  Each figure is the median of 3 bursts.
 
 (h)'s service keeps its state dir on a journaled ext4 made for the run on a loop device
 (``node_disk``), as a node's /var/lib is: this machine's own disk is ext4 without a journal, where
@@ -200,8 +201,8 @@ def _claims(api, params: dict, prefix: str) -> list[list[tuple[str, str, str]]]:
     ]
 
 
-def _alone(kubelet, claims) -> tuple[float, float]:
-    """Median prepare and unprepare of one pod alone, in ms."""
+def _alone(kubelet, claims) -> tuple[list[float], list[float]]:
+    """One pod's prepare and unprepare, each alone, 10 times: the two lists of seconds."""
     single_prepare, single_unprepare = [], []
     for _ in range(10):
         started = time.perf_counter()
@@ -210,7 +211,7 @@ def _alone(kubelet, claims) -> tuple[float, float]:
         started = time.perf_counter()
         kubelet.unprepare(claims, raise_on_error=True)
         single_unprepare.append(time.perf_counter() - started)
-    return statistics.median(single_prepare) * 1000, statistics.median(single_unprepare) * 1000
+    return single_prepare, single_unprepare
 
 
 def _burst(pods, call) -> list[float]:
@@ -234,26 +235,46 @@ def _burst(pods, call) -> list[float]:
     return times
 
 
-def _report(service, kubelet, pods, one_p: float, one_u: float, title: str) -> None:
-    """Run the burst of prepares, then of unprepares, and print their figures."""
-    cpu_before, wall_before = cpu_ms(service.proc.pid), time.perf_counter()
-    prepares = _burst(pods, kubelet.prepare)
-    cpu_prepare = cpu_ms(service.proc.pid) - cpu_before
-    wall_prepare = (time.perf_counter() - wall_before) * 1000
-    unprepares = _burst(pods, kubelet.unprepare)
-    p99_p, p99_u = percentile_ms(prepares, 0.99), percentile_ms(unprepares, 0.99)
+#: Bursts run, one after the other, for each figure of (h); the median one is reported.
+BURSTS = 3
+
+
+def _report(service, kubelet, pods, alone: tuple[list[float], list[float]], title: str) -> None:
+    """``BURSTS`` bursts of prepares, each followed by one of unprepares; the medians of their
+    figures (this 2-core VM's timings wander by a third from one burst to the next)."""
+    one_p, one_u = (statistics.median(samples) * 1000 for samples in alone)
+    one_p99, one_u99 = (percentile_ms(samples, 0.99) for samples in alone)
+    runs = []
+    for _ in range(BURSTS):
+        cpu_before, wall_before = cpu_ms(service.proc.pid), time.perf_counter()
+        prepares = _burst(pods, kubelet.prepare)
+        cpu_prepare = cpu_ms(service.proc.pid) - cpu_before
+        wall_prepare = (time.perf_counter() - wall_before) * 1000
+        unprepares = _burst(pods, kubelet.unprepare)
+        runs.append((prepares, unprepares, cpu_prepare, wall_prepare))
+
+    def median_of(figure) -> float:
+        return statistics.median(figure(run) for run in runs)
+
+    p50_p = median_of(lambda r: percentile_ms(r[0], 0.5))
+    p99_p = median_of(lambda r: percentile_ms(r[0], 0.99))
+    p50_u = median_of(lambda r: percentile_ms(r[1], 0.5))
+    p99_u = median_of(lambda r: percentile_ms(r[1], 0.99))
+    per_claim = [run[2] / (2 * BURST_PODS) for run in runs]
+    cpu = statistics.median(per_claim)
     print(title)
     print(
-        f"    prepare   p50 {percentile_ms(prepares, 0.5):7.1f} ms  p99 {p99_p:7.1f} ms; one pod alone "
-        f"{one_p:6.1f} ms; p99/alone {p99_p / one_p:5.1f}x   goal <= 3x  {'OK' if p99_p <= 3 * one_p else 'MISSED'}"
+        f"    one pod alone: prepare p50 {one_p:6.1f} ms p99 {one_p99:6.1f} ms; unprepare p50 {one_u:5.1f} ms p99 {one_u99:5.1f} ms"
     )
     print(
-        f"    the burst of prepares took {wall_prepare:.0f} ms; the service used {cpu_prepare:.0f} ms of CPU in it "
-        f"({cpu_prepare / (2 * BURST_PODS):.2f} ms per claim)"
+        f"    burst prepare   p50 {p50_p:7.1f} ms  p99 {p99_p:7.1f} ms; p99/alone {p99_p / one_p:5.1f}x   "
+        f"goal <= 8x {'OK' if p99_p <= 8 * one_p else 'MISSED'} (beyond it <= 3x {'OK' if p99_p <= 3 * one_p else 'MISSED'})"
     )
+    print(f"    burst unprepare p50 {p50_u:7.1f} ms  p99 {p99_u:7.1f} ms; p99/alone {p99_u / one_u:5.1f}x")
     print(
-        f"    unprepare p50 {percentile_ms(unprepares, 0.5):7.1f} ms  p99 {p99_u:7.1f} ms; one pod alone "
-        f"{one_u:6.1f} ms; p99/alone {p99_u / one_u:5.1f}x   goal <= 3x  {'OK' if p99_u <= 3 * one_u else 'MISSED'}"
+        f"    CPU per claim in the burst of prepares: {cpu:.2f} ms   goal <= 1.0  {'OK' if cpu <= 1.0 else 'MISSED'}  "
+        f"(the {BURSTS} bursts: {', '.join(f'{c:.2f}' for c in per_claim)}; a burst took "
+        f"{median_of(lambda r: r[3]):.0f} ms)"
     )
 
 
@@ -311,7 +332,7 @@ def _burst_bench(base: str, disk: Path, disk_what: str) -> None:
             f"(h) {BURST_PODS} pods x 2 claims at once, {LATENCY * 1000:.0f} ms API latency; the state dir on "
             f"{disk_what}:"
         )
-        _report(service, kubelet, plain, *alone, title)
+        _report(service, kubelet, plain, alone, title)
         _, peak_rss = rss_mib(service.proc.pid)
         print(
             f"    service RSS: idle {idle_rss:.1f} MiB (goal <= 80 {'OK' if idle_rss <= 80 else 'MISSED'}), "
@@ -320,13 +341,13 @@ def _burst_bench(base: str, disk: Path, disk_what: str) -> None:
         alone = _alone(kubelet, pooled[0])
         reserved_before = len(api.requests_to("POST", "addressreservations"))
         _report(
-            service, kubelet, pooled, *alone, "    the same on a network with an address pool (a /22, 1021 addresses):"
+            service, kubelet, pooled, alone, "    the same on a network with an address pool (a /22, 1021 addresses):"
         )
         creates = len(api.requests_to("POST", "addressreservations")) - reserved_before
         left = len(api.list_custom_objects("addressreservations"))
         _, peak_rss = rss_mib(service.proc.pid)
         print(
-            f"    reservation creates in the burst: {creates} for {2 * BURST_PODS} claims; left after the unprepares: "
+            f"    reservation creates in the {BURSTS} bursts: {creates} for {BURSTS * 2 * BURST_PODS} claims; left after the unprepares: "
             f"{left}; service RSS peak {peak_rss:.1f} MiB"
         )
     finally:
