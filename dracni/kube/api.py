@@ -415,9 +415,9 @@ class KubeApi:
             raise
         except Exception as exc:
             raise ApiError(0, f"watch failed: {type(exc).__name__}: {exc}") from None
-        finally:
-            response.release_conn()
+        finally:  # closed first: a stream left unread must not go back to the pool as it is
             response.close()
+            response.release_conn()
 
 
 def _watch_event(line: bytes) -> tuple[str, dict[str, Any]]:

@@ -3,6 +3,8 @@ test API server, through the real kubernetes client."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from dracni.claims.api_source import ApiClaimSource
@@ -342,3 +344,27 @@ def test_a_slow_claim_holds_up_no_other_claim(fake, api, tmp_path):
         worker.join(10)
     assert slow_outcome[slow["metadata"]["uid"]].error is None
     assert [c["name"] for c in state.list_claims()] == ["slow"]
+
+
+def test_a_watch_left_unread_gives_its_connection_back(fake):
+    """The pool blocks at its size (no extra connections): a watch abandoned after its first
+    event must free its connection, or the next request would wait REQUEST_TIMEOUT for one."""
+    from dracni.inventory.nics import Nic
+    from dracni.inventory.slices import build_slices
+    from dracni.kube.api import KubeClient
+
+    configuration = load_api_client(fake.kubeconfig_path).configuration
+    configuration.connection_pool_maxsize = 1
+    one = KubeApi(KubeClient(configuration))
+    selector = f"spec.nodeName={NODE},spec.driver={DRIVER}"
+    _, rv = one.list_slices(selector)
+    (body,) = build_slices(driver=DRIVER, node_name=NODE, node_uid=None, nics=[Nic("eth1", 2)], generation=1)
+    one.create_slice(body)
+    for _ in range(3):
+        stream = one.watch_slices(selector, rv, timeout_seconds=30)
+        assert next(stream)[0] == "ADDED"
+        stream.close()  # abandoned with the server still sending
+        started = time.monotonic()
+        assert one.list_slices(selector)[0]
+        assert time.monotonic() - started < 5
+    one.api_client.close()
