@@ -302,8 +302,22 @@ def node_disk(base: Path, size_mib: int = 512) -> Iterator[tuple[Path, str]]:
         shutil.rmtree(mount, ignore_errors=True)
 
 
+def reference_loop_ms() -> float:
+    """The fastest of three runs of a fixed pure-Python loop, in ms of CPU: how fast this
+    machine is right now (a shared VM's speed wanders; on this one 230-250 ms when quiet)."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.process_time()
+        total = 0
+        for i in range(3_000_000):
+            total += i * i % 7
+        best = min(best, (time.process_time() - started) * 1000)
+    return best
+
+
 def burst_bench(base: str) -> None:
     """(h): see the module docstring."""
+    print(f"(h) this machine now: a fixed Python loop takes {reference_loop_ms():.0f} ms of CPU (read (h) against it)")
     with node_disk(Path(base) / "h-disk") as (disk, what):
         _burst_bench(base, disk, what)
 
