@@ -4,7 +4,7 @@
 (kubeconfig loading with its auth providers), ``dynamic``, ``watch``, ``stream``, ``utils``,
 ``leaderelection`` and more: measured 276 ms and 45 MiB of RSS (595 modules) before the first
 request, on every node.  The service needs the client's ``configuration`` and ``rest`` modules
-(``kube/api.py`` says why not its generated API classes) and, in a cluster,
+(``kube/transport.py`` says why not its generated API classes) and, in a cluster,
 ``config.incluster_config``.
 
 So the two packages are registered in ``sys.modules`` as modules whose ``__init__`` has not run,
