@@ -142,7 +142,15 @@ def alloc_report(report_file: Path, claims: int) -> None:
 
 
 def profile_bench(base: str) -> None:
-    """See the module docstring."""
+    """See the module docstring; the state dir on (h)'s journaled ext4 (``bench_cluster.node_disk``)."""
+    from tests.tools.bench_cluster import node_disk
+
+    with node_disk(Path(base) / "profile-disk") as (disk, what):
+        print(f"(h) profiled, the state dir on {what}:")
+        _profile_bench(base, disk)
+
+
+def _profile_bench(base: str, disk: Path) -> None:
     from tests.integration.service import FakeApiServer, ServiceProcess, macvlan_params
     from tests.tools.bench_cluster import BURST_PODS, LATENCY, _alone, _claims, cpu_ms
     from tests.tools.bench_pools import reservation_crd
@@ -151,7 +159,7 @@ def profile_bench(base: str) -> None:
     out.mkdir(parents=True)
     api = FakeApiServer(Path(base) / "apiserver-profile", crds=[reservation_crd()]).start()
     api.add_node("node-a")
-    lab = Lab(base=Path(base) / "profile-lab", nics=("eth1",))
+    lab = Lab(base=disk / "profile-lab", nics=("eth1",))
     service = None
     saved = os.environ.get("DRACNI_PROFILE_DIR")
     os.environ["DRACNI_PROFILE_DIR"] = str(out)
@@ -163,7 +171,7 @@ def profile_bench(base: str) -> None:
         _alone(service.kubelet, pods[0])
         _burst_both(service.kubelet, pods)  # warm: threads started, lazy imports done
         claims = 2 * BURST_PODS
-        print(f"(h) profiled: {BURST_PODS} pods x 2 claims prepared at once and unprepared, from the source tree:")
+        print(f"    {BURST_PODS} pods x 2 claims prepared at once and unprepared, the service from the source tree:")
         pid = service.proc.pid
         _signal_and_wait(pid, signal.SIGUSR1, out / "cpu.started")
         before = cpu_ms(pid)
