@@ -304,7 +304,7 @@ def node_disk(base: Path, size_mib: int = 512) -> Iterator[tuple[Path, str]]:
 
 def reference_loop_ms() -> float:
     """The fastest of three runs of a fixed pure-Python loop, in ms of CPU: how fast this
-    machine is right now (a shared VM's speed wanders; on this one 230-250 ms when quiet)."""
+    machine is right now (a shared VM's speed wanders)."""
     best = float("inf")
     for _ in range(3):
         started = time.process_time()
