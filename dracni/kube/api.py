@@ -185,30 +185,10 @@ class KubeApi:
                 return None
             raise
 
-    def _call(
-        self,
-        method: str,
-        resource: Resource,
-        *,
-        namespace: str | None = None,
-        name: str | None = None,
-        subresource: str = "",
-        query: dict[str, str] | None = None,
-        body: dict[str, Any] | None = None,
-        content_type: str = "application/json",
-    ) -> dict[str, Any]:
-        """One request; its answer decoded (``{}`` for an empty one)."""
-        return transport.call(
-            self.api_client,
-            method,
-            resource,
-            namespace=namespace,
-            name=name,
-            subresource=subresource,
-            query=query,
-            body=body,
-            content_type=content_type,
-        )
+    def _call(self, method: str, resource: Resource, **options: Any) -> dict[str, Any]:
+        """One request (``transport.call``'s options: namespace, name, subresource, query, body,
+        content_type); its answer decoded (``{}`` for an empty one)."""
+        return transport.call(self.api_client, method, resource, **options)
 
     def _watch(
         self, resource: Resource, resource_version: str, timeout_seconds: int, query: dict[str, str]
