@@ -13,9 +13,12 @@ from __future__ import annotations
 import copy
 import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any, NotRequired, TypedDict
 
+from dracni import jsonio
 from dracni.paramschema import format_path, schema_problem, show
 
 API_VERSION_DRACNI = "dracni.io/v1alpha1"
@@ -82,9 +85,6 @@ class _Validated:
     copy, ~5 us).  Bounded, so it never grows with requests; failures are not kept."""
 
     def __init__(self, size: int) -> None:
-        import threading
-        from collections import OrderedDict
-
         self.size = size
         self._lock = threading.Lock()
         self._results: OrderedDict[bytes, DeviceParameters] = OrderedDict()
@@ -124,8 +124,6 @@ def _copied(value: Any) -> Any:
 
 def _cache_key(params: object) -> bytes | None:
     """``params`` as exact JSON text (NaN and big integers kept apart), None when it has none."""
-    from dracni import jsonio
-
     try:
         return jsonio.dumps(params)
     except (TypeError, ValueError, RecursionError):  # a lone surrogate, a non-JSON value: validated each time

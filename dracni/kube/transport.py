@@ -155,10 +155,7 @@ def call(
     """One request; its answer decoded (``{}`` for an empty one)."""
     path = resource.path(namespace, name, subresource)
     response = send(api_client, method, path, query, body, content_type, urllib3.Timeout(total=REQUEST_TIMEOUT))
-    try:
-        data = response.data
-    except Exception as exc:  # the connection broke while the answer was read
-        raise ApiError(0, f"{type(exc).__name__}: {exc}") from None
+    data = response.data  # read by ``send`` already (preload_content): a broken read raised there
     if not 200 <= response.status <= 299:
         raise _status_error(response.status, response.reason or "", data)
     if not data:
