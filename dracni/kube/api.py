@@ -1,6 +1,6 @@
 """The service's one door to the Kubernetes API: every call it makes (``KubeApi``), on the
-client's configuration and connection pool (``kube/transport.py`` says why not its generated
-API classes).
+client's configuration, over libcurl (``kube/transport.py`` says why not its generated API
+classes nor its urllib3 transport).
 
 Each request names its resource (``Resource``: group, version, plural) and HTTP verb, so the
 RBAC the ClusterRole must grant follows from this module's code (tests/packaging/rbac.py).
@@ -37,8 +37,11 @@ class KubeApi:
     """The calls dracni's service makes; ``packaging/`` RBAC grants exactly these."""
 
     def __init__(self, api_client: Any) -> None:
-        """``api_client``: a ``KubeClient`` (``load_api_client``) or the client's ``ApiClient``."""
-        self.api_client = api_client
+        """``api_client``: a ``KubeClient`` (``load_api_client``), or the client's ``ApiClient``
+        (tests), whose configuration and User-Agent a ``KubeClient`` then takes."""
+        if not isinstance(api_client, KubeClient):
+            api_client = KubeClient(api_client.configuration, api_client.user_agent)
+        self.api_client: KubeClient = api_client
 
     # -- resourceclaims: get (the ones kubelet names); status: patch (server-side apply) --------
     def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:

@@ -1,33 +1,38 @@
-"""The kubernetes Python client's configuration and connection pool, and the requests made over
-them (dicts in and out): what ``kube/api.py``'s ``KubeApi`` calls run on.
+"""The kubernetes Python client's configuration, and the requests made with it (dicts in and
+out) over libcurl: what ``kube/api.py``'s ``KubeApi`` calls run on.
 
-The calls go through the client's ``Configuration`` (kubeconfig or in-cluster: server, TLS,
-credentials and their refresh, proxies) and the urllib3 pool its ``RESTClientObject`` builds,
-but not through the generated API classes: the service makes a fixed handful of calls, and
-those classes are what a node agent cannot afford on every node.  Measured on this machine
-(kubernetes 37): ``CoreV1Api`` alone adds 20 MiB of RSS and 0.3 s at first use,
-``ResourceV1Api`` 6 MiB, the ``ApiClient`` behind them 10 MiB (pydantic, dateutil); every call
-runs pydantic's ``validate_call`` and the client's parameter serialization (0.3 ms of CPU per
-request), and answers are decoded by orjson here.  Objects are plain camelCase dicts, as the
-API serves them.  Every failure becomes an ``ApiError`` with the HTTP status, so callers decide
-on retry without knowing the client library.
+The calls take the client's ``Configuration`` (kubeconfig or in-cluster: server, TLS,
+credentials and their refresh, proxies), but neither its generated API classes nor its urllib3
+transport: the service makes a fixed handful of calls, and those are what a node agent cannot
+afford on every node.  Measured on this machine (kubernetes 37): ``CoreV1Api`` alone adds
+20 MiB of RSS and 0.3 s at first use, ``ResourceV1Api`` 6 MiB, the ``ApiClient`` behind them
+10 MiB (pydantic, dateutil); every call runs pydantic's ``validate_call`` and the client's
+parameter serialization.  The requests go through libcurl (pycurl), whose HTTP is C: a claim
+GET through urllib3 and http.client costs 0.5 ms of CPU in a burst of prepares here, most of it
+in Python's header parsing (``email.feedparser``) and urllib3's pool and response objects;
+through libcurl 0.1 ms.  Answers are decoded by orjson; objects are plain camelCase dicts, as
+the API serves them.  Every failure becomes an ``ApiError`` with the HTTP status, so callers
+decide on retry without knowing the client library.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import orjson
-import urllib3
+import pycurl
 
 from .client_modules import import_client
 
 import_client()  # before any other kubernetes import: see client_modules
 from kubernetes.client.configuration import Configuration  # noqa: E402
-from kubernetes.client.rest import RESTClientObject  # noqa: E402
+from kubernetes.client.rest import should_bypass_proxies  # noqa: E402
 
 REQUEST_TIMEOUT = 30
 #: Connections kept open to the API server (the service's concurrent calls at most).
@@ -68,19 +73,23 @@ class ApiError(Exception):
 
 
 class KubeClient:
-    """The client's ``Configuration`` and the REST transport it builds (``rest_client``), with
-    the headers every request carries (``default_headers``: the User-Agent).  The attributes
-    are those of the client's ``ApiClient``, so ``KubeApi`` also runs on one of those."""
+    """The client's ``Configuration`` and the libcurl handles requests go out on, with the
+    headers every request carries (``default_headers``: the User-Agent).
 
-    def __init__(self, configuration: Configuration) -> None:
+    Each handle keeps its connection to the API server open between requests; at most
+    ``connection_pool_maxsize`` requests (and watches) are out at once, the others wait up to
+    ``REQUEST_TIMEOUT`` for a handle: in a burst of prepares no connection is opened beyond
+    that and closed after.  Thread-safe: a handle serves one request at a time.
+    """
+
+    def __init__(self, configuration: Configuration, user_agent: str | None = None) -> None:
         self.configuration = configuration
-        self.rest_client = RESTClientObject(configuration)
-        # At most ``connection_pool_maxsize`` requests at once, the others wait for a connection
-        # (``KubeApi`` gives up after REQUEST_TIMEOUT): urllib3's default opens one more for
-        # every request beyond and closes it after ("Connection pool is full, discarding
-        # connection"), a TCP (and TLS) handshake each in a burst of prepares.
-        self.rest_client.pool_manager.connection_pool_kw["block"] = True
-        self.default_headers: dict[str, str] = {}
+        self.default_headers: dict[str, str] = {} if user_agent is None else {"User-Agent": user_agent}
+        self._slots = threading.BoundedSemaphore(max(1, configuration.connection_pool_maxsize or CONNECTIONS))
+        self._idle: list[pycurl.Curl] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._target = _Target.of(configuration)
 
     @property
     def user_agent(self) -> str:
@@ -91,7 +100,132 @@ class KubeClient:
         self.default_headers["User-Agent"] = value
 
     def close(self) -> None:
-        self.rest_client.close()
+        """Close the idle connections; a request still out closes its own when it ends."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for handle in idle:
+            handle.close()
+
+    @contextmanager
+    def handle(self, reuse: bool = True) -> Iterator[pycurl.Curl]:
+        """A handle for one request, back to the idle ones after it unless ``reuse`` is False
+        or the request failed (its connection may then be in any state): closed then."""
+        if not self._slots.acquire(timeout=REQUEST_TIMEOUT):
+            raise ApiError(0, f"no connection to the API server free for {REQUEST_TIMEOUT} s")
+        try:
+            with self._lock:
+                handle = self._idle.pop() if self._idle else None
+            if handle is None:
+                handle = self._target.new_handle()
+            reusable = False
+            try:
+                yield handle
+                reusable = True
+            finally:
+                with self._lock:
+                    if reuse and reusable and not self._closed:
+                        self._idle.append(handle)
+                        handle = None
+                if handle is not None:
+                    handle.close()
+        finally:
+            self._slots.release()
+
+    def prepare(
+        self,
+        handle: pycurl.Curl,
+        method: str,
+        path: str,
+        query: dict[str, str] | None,
+        body: dict[str, Any] | None,
+        content_type: str,
+        timeout: float,
+    ) -> None:
+        """Set ``handle`` up for one request: the client's host, credentials (refreshed as the
+        client refreshes them: ``Configuration.auth_settings``) and headers."""
+        headers = [f"{k}: {v}" for k, v in self.default_headers.items()]
+        headers.append("Accept: application/json")
+        params = list((query or {}).items())
+        settings: dict[str, Any] = dict(self.configuration.auth_settings())
+        for auth in settings.values():
+            if not auth.get("value"):
+                continue
+            if auth["in"] == "header":
+                headers.append(f"{auth['key']}: {auth['value']}")
+            elif auth["in"] == "query":
+                params.append((auth["key"], auth["value"]))
+        handle.setopt(pycurl.URL, self._target.url + path + ("?" + urlencode(params) if params else ""))
+        if body is None:
+            handle.setopt(pycurl.HTTPGET, 1)
+        else:
+            headers.append("Content-Type: " + content_type)
+            headers.append("Expect:")  # no 100-continue round trip before a body
+            handle.setopt(pycurl.POSTFIELDS, orjson.dumps(body))
+        handle.setopt(pycurl.CUSTOMREQUEST, method)
+        handle.setopt(pycurl.HTTPHEADER, headers)
+        handle.setopt(pycurl.TIMEOUT_MS, int(timeout * 1000))
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where requests go and how (``RESTClientObject.__init__``'s reading of the configuration,
+    for libcurl): the URL prefix, TLS, proxy."""
+
+    url: str
+    options: tuple[tuple[int, Any], ...]
+
+    @classmethod
+    def of(cls, configuration: Configuration) -> _Target:
+        host = configuration.host.rstrip("/")
+        options: list[tuple[int, Any]] = [
+            (pycurl.NOSIGNAL, 1),  # threads: no SIGALRM for name resolution timeouts
+            (pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1),
+            (pycurl.CONNECTTIMEOUT, REQUEST_TIMEOUT),
+            (pycurl.TCP_KEEPALIVE, 1),
+            (pycurl.PATH_AS_IS, 1),  # the paths are quoted already
+        ]
+        if configuration.verify_ssl:
+            if configuration.ssl_ca_cert:
+                options.append((pycurl.CAINFO, configuration.ssl_ca_cert))
+            if configuration.ca_cert_data:
+                options.append((pycurl.CAINFO_BLOB, _text(configuration.ca_cert_data)))
+        else:
+            options += [(pycurl.SSL_VERIFYPEER, 0), (pycurl.SSL_VERIFYHOST, 0)]
+        if configuration.cert_file:
+            options.append((pycurl.SSLCERT, configuration.cert_file))
+        if configuration.key_file:
+            options.append((pycurl.SSLKEY, configuration.key_file))
+        if configuration.assert_hostname is False:
+            options.append((pycurl.SSL_VERIFYHOST, 0))
+        # The name the server's certificate is checked against (urllib3's server_hostname and
+        # assert_hostname): the URL carries it, CONNECT_TO sends the connection to the real host.
+        name = configuration.tls_server_name or (
+            configuration.assert_hostname if isinstance(configuration.assert_hostname, str) else None
+        )
+        if name:
+            parts = urlsplit(host)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            options.append((pycurl.CONNECT_TO, [f"{name}:{port}:{parts.hostname}:{port}"]))
+            host = f"{parts.scheme}://{name}:{port}{parts.path}"
+        if configuration.proxy and not should_bypass_proxies(configuration.host, configuration.no_proxy or ""):
+            options.append((pycurl.PROXY, configuration.proxy))
+            if configuration.proxy_headers:
+                options.append((pycurl.HEADEROPT, pycurl.HEADER_SEPARATE))
+                options.append((pycurl.PROXYHEADER, [f"{k}: {v}" for k, v in configuration.proxy_headers.items()]))
+        else:
+            options.append((pycurl.PROXY, ""))  # not the environment's: the configuration said
+        return cls(host, tuple(options))
+
+    def new_handle(self) -> pycurl.Curl:
+        handle = pycurl.Curl()
+        for option, value in self.options:
+            handle.setopt(option, value)
+        return handle
+
+
+def _text(data: str | bytes) -> bytes:
+    return data.encode() if isinstance(data, str) else data
 
 
 def load_api_client(kubeconfig: str | None = None, node: str | None = None) -> KubeClient:
@@ -119,9 +253,7 @@ def load_api_client(kubeconfig: str | None = None, node: str | None = None) -> K
     # Kubelet prepares pods in parallel and the service reads their claims at the same time:
     # keep that many connections (the client's default is 5 per CPU).
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, CONNECTIONS)
-    api_client = KubeClient(configuration)
-    api_client.user_agent = user_agent(__version__, node)
-    return api_client
+    return KubeClient(configuration, user_agent(__version__, node))
 
 
 def user_agent(version: str, node: str | None) -> str:
@@ -129,19 +261,29 @@ def user_agent(version: str, node: str | None) -> str:
     return f"dracni/{version} ({node})" if node else f"dracni/{version}"
 
 
-def _status_error(status: int, reason_phrase: str, data: bytes) -> ApiError:
+def _status_error(status: int, data: bytes) -> ApiError:
     """The error of a non-2xx answer: the Status object's message and reason when it sent one."""
     try:
         body = orjson.loads(data) if data else None
     except orjson.JSONDecodeError:
         body = None
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = ""
     if isinstance(body, dict):
-        return ApiError(status, str(body.get("message") or reason_phrase), str(body.get("reason") or ""))
-    return ApiError(status, f"{status} {reason_phrase}")
+        return ApiError(status, str(body.get("message") or phrase), str(body.get("reason") or ""))
+    return ApiError(status, f"{status} {phrase}".rstrip())
+
+
+def _unreachable(exc: pycurl.error, what: str = "cannot reach the API server") -> ApiError:
+    """A request that got no answer (refused, timed out, TLS, cut): status 0, libcurl's word."""
+    code, message = exc.args if len(exc.args) == 2 else (0, str(exc))
+    return ApiError(0, f"{what}: {message} (curl error {code})")
 
 
 def call(
-    api_client: Any,
+    api_client: KubeClient,
     method: str,
     resource: Resource,
     *,
@@ -154,10 +296,18 @@ def call(
 ) -> dict[str, Any]:
     """One request; its answer decoded (``{}`` for an empty one)."""
     path = resource.path(namespace, name, subresource)
-    response = send(api_client, method, path, query, body, content_type, urllib3.Timeout(total=REQUEST_TIMEOUT))
-    data = response.data  # read by ``send`` already (preload_content): a broken read raised there
-    if not 200 <= response.status <= 299:
-        raise _status_error(response.status, response.reason or "", data)
+    chunks: list[bytes] = []
+    with api_client.handle() as handle:
+        api_client.prepare(handle, method, path, query, body, content_type, REQUEST_TIMEOUT)
+        handle.setopt(pycurl.WRITEFUNCTION, chunks.append)
+        try:
+            handle.perform()
+        except pycurl.error as exc:  # connection refused, timeouts, TLS: the server is unreachable
+            raise _unreachable(exc) from None
+        status = handle.getinfo(pycurl.RESPONSE_CODE)
+    data = b"".join(chunks)
+    if not 200 <= status <= 299:
+        raise _status_error(status, data)
     if not data:
         return {}
     try:
@@ -167,58 +317,16 @@ def call(
     return obj
 
 
-def send(
-    api_client: Any,
-    method: str,
-    path: str,
-    query: dict[str, str] | None,
-    body: dict[str, Any] | None,
-    content_type: str,
-    timeout: urllib3.Timeout,
-    stream: bool = False,
-) -> Any:
-    """The urllib3 response of one request: the client's host, credentials (refreshed as the
-    client refreshes them: ``Configuration.auth_settings``) and connection pool."""
-    configuration = api_client.configuration
-    headers = dict(api_client.default_headers)
-    headers["Accept"] = "application/json"
-    params = list((query or {}).items())
-    for auth in configuration.auth_settings().values():
-        if not auth.get("value"):
-            continue
-        if auth["in"] == "header":
-            headers[auth["key"]] = auth["value"]
-        elif auth["in"] == "query":
-            params.append((auth["key"], auth["value"]))
-    payload = None
-    if body is not None:
-        headers["Content-Type"] = content_type
-        payload = orjson.dumps(body)
-    url = configuration.host + path + ("?" + urlencode(params) if params else "")
-    extra: dict[str, Any] = {} if configuration.retries is None else {"retries": configuration.retries}
-    try:
-        return api_client.rest_client.pool_manager.request(
-            method,
-            url,
-            body=payload,
-            headers=headers,
-            timeout=timeout,
-            preload_content=not stream,
-            pool_timeout=REQUEST_TIMEOUT,
-            **extra,
-        )
-    except Exception as exc:  # connection refused, timeouts, TLS: the server is unreachable
-        raise ApiError(0, f"{type(exc).__name__}: {exc}") from None
-
-
 def watch(
-    api_client: Any, resource: Resource, resource_version: str, timeout_seconds: int, query: dict[str, str]
+    api_client: KubeClient, resource: Resource, resource_version: str, timeout_seconds: int, query: dict[str, str]
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """Events after ``resource_version``; ``ApiError(410)`` when it is too old (re-list).
 
     The answer is a stream of JSON lines ``{"type", "object"}``; an ERROR event carries a
     Status, raised as an ``ApiError`` with its code.  The server ends the stream after
-    ``timeout_seconds``; the client gives it ``REQUEST_TIMEOUT`` more of silence.
+    ``timeout_seconds``; the client gives it ``REQUEST_TIMEOUT`` more.  libcurl's multi
+    interface reads the stream as it comes; the handle is closed after, also when the caller
+    stops early.
     """
     params = query | {
         "watch": "true",
@@ -226,27 +334,46 @@ def watch(
         "timeoutSeconds": str(timeout_seconds),
         "allowWatchBookmarks": "true",
     }
-    timeout = urllib3.Timeout(connect=REQUEST_TIMEOUT, read=timeout_seconds + REQUEST_TIMEOUT)
-    response = send(api_client, "GET", resource.path(), params, None, "", timeout, stream=True)
-    try:
-        if not 200 <= response.status <= 299:
-            raise _status_error(response.status, response.reason or "", response.read())
-        pending = b""
-        for chunk in response.stream(amt=None, decode_content=False):
-            pending += chunk
+    chunks: list[bytes] = []
+    with api_client.handle(reuse=False) as handle:  # closed after: never reused half-read
+        api_client.prepare(handle, "GET", resource.path(), params, None, "", timeout_seconds + REQUEST_TIMEOUT)
+        handle.setopt(pycurl.WRITEFUNCTION, chunks.append)
+        multi = pycurl.CurlMulti()
+        multi.add_handle(handle)
+        try:
+            yield from _events(multi, handle, chunks)
+        finally:
+            multi.remove_handle(handle)
+            multi.close()
+
+
+def _events(multi: pycurl.CurlMulti, handle: pycurl.Curl, chunks: list[bytes]) -> Iterator[tuple[str, dict[str, Any]]]:
+    pending = b""
+    status = 0
+    running = 1
+    while running:
+        code, running = multi.perform()
+        if code == pycurl.E_CALL_MULTI_PERFORM:
+            continue
+        _, _, failed = multi.info_read()
+        if failed:
+            raise _unreachable(pycurl.error(failed[0][1], failed[0][2]), "watch failed")
+        if not status:
+            status = handle.getinfo(pycurl.RESPONSE_CODE)
+        if status and not 200 <= status <= 299:
+            if not running:
+                raise _status_error(status, b"".join(chunks))
+        elif chunks:
+            pending += b"".join(chunks)
+            chunks.clear()
             *lines, pending = pending.split(b"\n")
             for line in lines:
                 if line.strip():
                     yield _watch_event(line)
-        if pending.strip():
-            yield _watch_event(pending)
-    except ApiError:
-        raise
-    except Exception as exc:
-        raise ApiError(0, f"watch failed: {type(exc).__name__}: {exc}") from None
-    finally:  # closed first: a stream left unread must not go back to the pool as it is
-        response.close()
-        response.release_conn()
+        if running:
+            multi.select(1.0)
+    if pending.strip():
+        yield _watch_event(pending)
 
 
 def _watch_event(line: bytes) -> tuple[str, dict[str, Any]]:

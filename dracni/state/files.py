@@ -18,13 +18,15 @@ reads see them.  The lock is held only around record writes, never around delega
 ADD/DEL of different pods do not wait on each other for longer than a record write.
 
 This module sits on the CNI hot path: it imports only ``os`` and ``json`` (and ``fcntl`` for
-the lock, when a write needs it).
+the lock, when a write needs it).  Records are indented JSON with sorted keys
+(``encode_record``).
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import sys
 
 from .. import jsonio
 from ..atomicfile import fsync_dir, read_if_exists, write_atomic
@@ -81,6 +83,38 @@ def _decode(data: bytes, path: str, kind: str | None = "") -> Any:
         return R.check_record(record, path, kind)
     except R.RecordError as exc:
         raise BadRecord(str(exc), path, newer=isinstance(exc, R.NewerRecord)) from exc
+
+
+def encode_record(record: Any) -> bytes:
+    """A record's file content: indented, keys sorted (``json.dumps(indent=2, sort_keys=True,
+    ensure_ascii=False)``).
+
+    In a process that has orjson loaded already (the service: the API's JSON), orjson writes
+    it, ~10x faster than ``jsonio``'s pure-Python indenting (which was a tenth of a prepare's
+    CPU); the CNI plugin does not import orjson for one record.  The bytes are the same, but
+    for a float's exponent (``1e16`` against ``1e+16``: the same number to every reader);
+    what orjson does not take on (an integer beyond 64 bits, a key that is not a string,
+    deep nesting, a type other than the JSON ones) goes to ``jsonio``, which words the
+    refusal as ``json`` does.  A record never holds NaN or Infinity (its readers refuse them,
+    the API server never serves them), which orjson would write as ``null``.
+    """
+    orjson = sys.modules.get("orjson")
+    if orjson is not None:
+        # A dataclass, datetime or subclass of a JSON type raises, as in ``json``, instead of
+        # being converted.
+        option = (
+            orjson.OPT_INDENT_2
+            | orjson.OPT_SORT_KEYS
+            | orjson.OPT_PASSTHROUGH_DATACLASS
+            | orjson.OPT_PASSTHROUGH_DATETIME
+            | orjson.OPT_PASSTHROUGH_SUBCLASS
+        )
+        try:
+            data: bytes = orjson.dumps(record, option=option)
+            return data
+        except orjson.JSONEncodeError:
+            pass
+    return jsonio.dumps(record, pretty=True)
 
 
 class RecordFiles:
@@ -221,7 +255,7 @@ class RecordFiles:
         assert self._lock is not None and self._lock.is_mine(), "state writes must hold the state lock"
         record["schema"] = SCHEMA_VERSION
         try:
-            data = jsonio.dumps(record, pretty=True)
+            data = encode_record(record)
         except (TypeError, ValueError) as exc:  # e.g. a lone surrogate: a StateError, never a crash
             raise StateError(f"cannot write {path}: the record is not JSON text ({exc})") from None
         if self._pending is not None:

@@ -102,10 +102,10 @@ def assert_records_match_schema(state_dir: Path) -> int:
 
 # -- the kubelet plugin service against the test API server, with a fake kubelet ------------------
 @contextlib.contextmanager
-def running_api_server(tmp_path: Path, feature_gates: dict[str, bool] | None = None):
+def running_api_server(tmp_path: Path, feature_gates: dict[str, bool] | None = None, tls: bool = False):
     """The test API server with this node registered and dracni's AddressReservation CRD
-    installed; ``feature_gates`` as the server's.  Its token stands for the DaemonSet pod's on
-    NODE (the node-name extra of a pod-bound token)."""
+    installed; ``feature_gates`` as the server's, ``tls``: over HTTPS.  Its token stands for the
+    DaemonSet pod's on NODE (the node-name extra of a pod-bound token)."""
     from tests.fakes.apiserver import FakeApiServer
     from tests.integration.service import NODE
 
@@ -115,6 +115,7 @@ def running_api_server(tmp_path: Path, feature_gates: dict[str, bool] | None = N
         crds=[yaml.safe_load((REPO / "spec" / "crds" / "addressreservations.dracni.io.yaml").read_text())],
         feature_gates=feature_gates,
         node_name=NODE,
+        tls=tls,
     ).start()
     server.add_node(NODE)
     try:

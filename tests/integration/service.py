@@ -20,6 +20,7 @@ from tests import procs
 from tests.fakes.apiserver import FakeApiServer
 from tests.fakes.kubelet import FakeKubelet, RegistrationError
 from tests.harness import DRACNI_BINARY, Lab, attachment_params
+from tests.integration.in_cluster import InCluster
 
 DRIVER = "dracni.io"
 NODE = "node-a"
@@ -52,6 +53,7 @@ class ServiceProcess:
         instance: str | None = None,
         beside: ServiceProcess | None = None,
         program: tuple[str, ...] | None = None,
+        in_cluster: bool = False,
     ) -> None:
         self.lab = lab
         #: what runs instead of the frozen bundle (``make bench``'s profile: the source tree under
@@ -61,6 +63,9 @@ class ServiceProcess:
         self.extra_args = extra_args  # more options for kubelet-plugin (sharing, policy)
         self.api = api
         self.kubeconfig = kubeconfig or api.kubeconfig_path  # another one: e.g. through a proxy
+        #: ``in_cluster``: no kubeconfig, the in-cluster configuration of a pod (``in_cluster.py``;
+        #: the API server must serve TLS)
+        self.in_cluster = InCluster(api, lab.tmp / "in-cluster") if in_cluster else None
         #: ``--instance-id`` (the pod UID of a rolling update); ``beside``: another instance of the
         #: same node, whose socket dirs and kubelet this one shares (and leaves to it to close)
         self.instance = instance
@@ -87,7 +92,7 @@ class ServiceProcess:
             "kubelet-plugin",
             f"--driver={DRIVER}",
             f"--node-name={self.node}",
-            f"--kubeconfig={self.kubeconfig}",
+            *([] if self.in_cluster else [f"--kubeconfig={self.kubeconfig}"]),
             f"--state-dir={self.lab.state_dir}",
             f"--registry-dir={self.registry_dir}",
             f"--plugins-dir={self.plugins_dir}",
@@ -101,6 +106,8 @@ class ServiceProcess:
             *([f"--instance-id={self.instance}"] if self.instance else []),
             *self.extra_args,
         ]
+        if self.in_cluster:
+            cmd = self.in_cluster.command(cmd)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 cmd,
@@ -109,7 +116,8 @@ class ServiceProcess:
                 process_group=0,
                 env={
                     k: v for k, v in os.environ.items() if not k.startswith("KUBE") and k != "GRPC_ENABLE_FORK_SUPPORT"
-                },
+                }
+                | (self.in_cluster.environment() if self.in_cluster else {}),
             )
         if wait_ready:
             try:
@@ -188,6 +196,8 @@ class ServiceProcess:
             if self.beside is None:
                 self.kubelet.close()
                 shutil.rmtree(self.sockets, ignore_errors=True)
+            if self.in_cluster:
+                self.in_cluster.close()
         if self.leftovers:
             raise AssertionError(f"the service left processes running (killed): {self.leftovers}")
 

@@ -31,7 +31,10 @@ from tests.harness import REPO, Lab
 #: (area, path fragments of the files whose code counts to it), first match wins.
 AREAS = (
     ("kubernetes client: models and validation", ("/kubernetes/", "/pydantic", "/typing_extensions")),
-    ("HTTP: urllib3, http.client, sockets", ("/urllib3/", "/http/", "/socket.py", "/ssl.py", "/email/")),
+    (
+        "HTTP: dracni/kube/transport, pycurl, urllib3, sockets",
+        ("/kube/transport.py", "pycurl", "/urllib3/", "/http/", "/socket.py", "/ssl.py", "/email/"),
+    ),
     ("gRPC and protobuf", ("/grpc/", "/google/protobuf/", "grpc._cython")),
     ("JSON (json, orjson, dracni/jsonio)", ("/json/", "orjson", "dracni/jsonio")),
     ("parameter schema (jsonschema, dracni/params)", ("/jsonschema", "/referencing/", "/rpds", "dracni/params")),
@@ -157,7 +160,7 @@ def _profile_bench(base: str, disk: Path) -> None:
 
     out = Path(base) / "profile"
     out.mkdir(parents=True)
-    api = FakeApiServer(Path(base) / "apiserver-profile", crds=[reservation_crd()]).start()
+    api = FakeApiServer(Path(base) / "apiserver-profile", crds=[reservation_crd()], tls=True).start()
     api.add_node("node-a")
     lab = Lab(base=disk / "profile-lab", nics=("eth1",))
     service = None
@@ -165,7 +168,9 @@ def _profile_bench(base: str, disk: Path) -> None:
     os.environ["DRACNI_PROFILE_DIR"] = str(out)
     try:
         pods = _claims(api, macvlan_params(lab, master="eth1", subnet="10.94.0.0/16", network="bench-p"), "p")
-        service = ServiceProcess(lab, api, program=(sys.executable, "-m", "tests.tools.profiled_service"))
+        service = ServiceProcess(
+            lab, api, program=(sys.executable, "-m", "tests.tools.profiled_service"), in_cluster=True
+        )  # as (h): in-cluster, HTTPS
         service.start()
         api.latency = LATENCY
         _alone(service.kubelet, pods[0])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import threading
 import time
 import traceback
@@ -24,6 +25,7 @@ from .errors import REASONS, ApiStatusError, BodyError, details
 from .resources import RESOURCES, Resource
 from .routes import route
 from .store import RequestContext
+from .tls import accept_tls
 
 if TYPE_CHECKING:
     from .server import FakeApiServer
@@ -94,7 +96,14 @@ class Server(ThreadingHTTPServer):
         self.fake = fake
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()
+        #: HTTPS (``FakeApiServer(tls=True)``): the serving certificate's context
+        self.tls: ssl.SSLContext | None = fake.serving_cert.context() if fake.serving_cert else None
         super().__init__(address, handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        if self.tls is None:
+            return super().get_request()
+        return accept_tls(self.socket, self.tls)
 
     def cut_connections(self) -> None:
         """Shut every open connection down (a dead API server's clients see their streams end)."""
@@ -113,6 +122,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        if isinstance(self.connection, ssl.SSLSocket):
+            self.connection.do_handshake()  # in this request's thread (tls.py)
         # As Go's net/http does: without it, headers and body written separately meet the
         # client's delayed ACK and every response waits ~40 ms.
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -5,6 +5,7 @@ modules it is assembled from."""
 
 from __future__ import annotations
 
+import base64
 import errno
 import os
 import secrets
@@ -28,6 +29,7 @@ from .http_layer import Handler, HttpFrontend, Injected, RecordedRequest, Reques
 from .ipamclaims import IpamClaimHelpers
 from .slices import SliceHelpers
 from .store import Store
+from .tls import ServingCert
 
 
 def _server_on(port: int, fake: FakeApiServer, wait: float = 5.0) -> Server:
@@ -53,6 +55,8 @@ class FakeApiServer(
     feature_gates=None)``; use as a context manager or call ``start()`` and ``close()``.  ``kubeconfig_path`` points the real client
     at it (``kubernetes.config.load_kube_config(config_file=...)``); ``other_kubeconfig_path`` does
     the same with ``other_token`` (user ``other_user``); ``write_kubeconfig(path, token)`` makes more.
+    ``tls=True`` serves HTTPS (``tls.py``): the kubeconfigs carry its CA, ``ca_path`` is that CA's
+    file (a pod's in-cluster ``ca.crt``).
 
     Test helpers (direct, no HTTP; each write bumps the resourceVersion and emits a watch event):
     ``add_namespace``, ``add_node``/``get_node``/``delete_node``, ``create_claim`` (stored as given,
@@ -141,10 +145,13 @@ class FakeApiServer(
         node_name: str | None = None,
         garbage_collector: bool = True,
         admission: Iterable[Mapping[str, Any]] | None = None,
+        tls: bool = False,
     ) -> None:
         self._own_dir = directory is None
         self.directory = str(directory) if directory is not None else tempfile.mkdtemp(prefix="fake-apiserver-")
         os.makedirs(self.directory, exist_ok=True)
+        #: ``tls``: HTTPS with a serving certificate of a CA of its own (``ca_path``: that CA)
+        self.serving_cert = ServingCert.make(self.directory) if tls else None
         self.token = token or secrets.token_hex(16)
         self.other_token = other_token or secrets.token_hex(16)
         self.users: dict[str, str] = {self.token: user, self.other_token: other_user}
@@ -214,7 +221,12 @@ class FakeApiServer(
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.serving_cert else 'http'}://127.0.0.1:{self.port}"
+
+    @property
+    def ca_path(self) -> str | None:
+        """The CA file a client trusts the fake by (``tls=True``), None over plain HTTP."""
+        return self.serving_cert.ca if self.serving_cert else None
 
     @property
     def running(self) -> bool:
@@ -279,7 +291,7 @@ class FakeApiServer(
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "fake", "cluster": {"server": self.url} | self._cluster_ca()}],
             "users": [{"name": "fake", "user": {"token": token if token is not None else self.token}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": namespace}}],
             "current-context": "fake",
@@ -289,6 +301,12 @@ class FakeApiServer(
             yaml.safe_dump(config, fh)
         os.replace(tmp, path)
         return path
+
+    def _cluster_ca(self) -> dict[str, str]:
+        if self.serving_cert is None:
+            return {}
+        with open(self.serving_cert.ca, "rb") as fh:
+            return {"certificate-authority-data": base64.b64encode(fh.read()).decode()}
 
     # -- the store as a whole -----------------------------------------------------------------------
     @property
