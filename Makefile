@@ -17,7 +17,7 @@ PYBUNDLE := dist/dracni/dracni-python
 NATIVE_CFLAGS := -static -O2 -Wall -Wextra -Werror
 APT_PACKAGES := containernetworking-plugins iproute2 golang-go golang-github-appc-cni-dev containerd runc busybox-static \
                 python3-venv python3-dev binutils xz-utils dpkg-dev iptables gcc libc6-dev \
-                buildah debootstrap podman libcurl4-openssl-dev
+                buildah debootstrap podman libcurl4-openssl-dev libssl-dev
 SOURCES := $(shell find dracni cmd spec packaging -type f -not -path '*/__pycache__/*' 2>/dev/null) pyproject.toml
 
 .PHONY: help deps sysdeps venv tools binary test unit integration demo bench clean lint image-test
@@ -36,7 +36,7 @@ sysdeps: .cache/sysdeps.stamp
 	fi
 	@touch $@
 
-# pycurl from source, against Debian's libcurl (libcurl4-openssl-dev): that libcurl uses the
+# pycurl from source, against Debian's libcurl (libcurl4-openssl-dev, libssl-dev): that libcurl uses the
 # OpenSSL Python's ssl module has loaded already; the PyPI wheel brings a second OpenSSL and
 # Kerberos of its own (3.7 MiB more of the service's RSS, measured).
 venv: $(BIN)/.stamp
