@@ -10,9 +10,10 @@ afford on every node.  Measured on this machine (kubernetes 37): ``CoreV1Api`` a
 parameter serialization.  The requests go through libcurl (pycurl), whose HTTP is C: a claim
 GET through urllib3 and http.client cost 0.5-0.6 ms of CPU on this machine (one thread, the
 test API server), most of it in Python's header parsing (``email.feedparser``) and urllib3's
-pool and response objects; through libcurl 0.1-0.15 ms.  Answers are decoded by orjson; objects are plain camelCase dicts, as
-the API serves them.  Every failure becomes an ``ApiError`` with the HTTP status, so callers
-decide on retry without knowing the client library.
+pool and response objects; through libcurl 0.1-0.15 ms.  Answers are decoded by orjson;
+objects are plain camelCase dicts, as the API serves them.  Every failure becomes an
+``ApiError`` with the HTTP status, so callers decide on retry without knowing the client
+library.
 """
 
 from __future__ import annotations
