@@ -4,7 +4,7 @@ Each prepare or unprepare ends in a few record writes, and each write costs fsyn
 2.5 ms each on a virtual disk) under the state lock: a burst of pod starts would queue behind
 the lock one call at a time.  Here the calls that arrive while a commit is running wait for
 the next one, and one caller (the leader) runs all their writes in one lock hold as one
-``StateDir.batched()`` block: the fsyncs of the batch run at the same time, and each directory
+``StateDir.batched()`` block: the batch's files are written back together, and each directory
 is fsynced once.  A call alone commits at once, as before.
 """
 

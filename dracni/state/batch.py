@@ -2,9 +2,9 @@
 
 The service groups the record writes of concurrent kubelet calls into one state-lock hold
 (``StateDir.batched()``).  Every record still goes to a temp file that is fsynced before it is
-renamed into place, but the fsyncs of the batch run at the same time (the file system commits
-them together), and each directory touched is fsynced once.  Only the service uses it: it
-imports threads, which the CNI hot path never does.
+renamed into place, but the batch's files are written back together (the file system commits
+them in one journal transaction), and each directory touched is fsynced once.  Only the
+service uses it; the CNI plugin never batches.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ class Batch:
 
     Inside the block writes and deletions are staged in memory, and reads of the state dir
     object see them.  On a clean exit every new record goes to a temp file; the temp files
-    are fsynced at the same time (the file system commits them together), then renamed into
-    place, deletions done, and each directory touched fsynced once.  If a temp file cannot be
-    written or synced nothing is applied (StateError).  An exception in the block discards
-    what it staged.  Only the service uses it (it imports threads); the state lock must be
-    held around the block.
+    are written back together and fsynced (the file system commits them together), then
+    renamed into place, deletions done, and each directory touched fsynced once.  If a temp
+    file cannot be written or synced nothing is applied (StateError).  An exception in the
+    block discards what it staged.  Only the service uses it; the state lock must be held
+    around the block.
     """
 
     def __init__(self, state: RecordFiles) -> None:
@@ -47,28 +47,45 @@ class Batch:
             apply_together(pending)
 
 
-#: The threads that fsync a batch's files at the same time (made by the first batch of more
-#: than one file: the service's; the CNI plugin never batches).
-_SYNC_THREADS = 8
-_sync_pool: Any = None
+#: ``sync_file_range`` flag: start writing the range's dirty pages back, without waiting.
+_SYNC_FILE_RANGE_WRITE = 2
+#: libc's ``sync_file_range``, looked up by the first batch of several files (False: none).
+_start_writeback: Any = None
 
 
-def _fsync_all(fds: list[int]) -> None:
-    """fsync every descriptor, at the same time when there are several (the file system then
-    commits them together).  Only the fsyncs go to the pool: each hand-over to a thread and
-    back costs two context switches and a GIL hand-over (measured: the pool's threads doing
-    open, write, fsync and close each were a third of the service's context switches in a
-    burst of prepares), so the quick calls stay on the committing thread."""
-    global _sync_pool
-    if len(fds) <= 1:
+def _writeback_starter() -> Any:
+    global _start_writeback
+    if _start_writeback is None:
+        import ctypes
+
+        function = getattr(ctypes.CDLL(None, use_errno=True), "sync_file_range", None)
+        if function is not None:
+            function.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+            function.restype = ctypes.c_int
+        _start_writeback = function or False
+    return _start_writeback or None
+
+
+def _fsync_all(fds: list[int], *, start_writeback: bool = False) -> None:
+    """fsync every descriptor, one after the other on the committing thread.
+
+    With ``start_writeback`` (a batch's new files), every file first gets
+    ``sync_file_range(SYNC_FILE_RANGE_WRITE)``: the kernel starts writing all of them back at
+    once, so the first fsync's journal commit carries the whole batch and the later ones find
+    their data written.  On a journaled ext4, 24 files took 4.3-4.8 ms this way, 11-15 ms
+    fsynced one after the other without the hint, and 5.5 ms fsynced by 8 threads at once,
+    this module's way before, whose hand-overs to the threads and back cost more than that in
+    the service: in (h)'s burst of prepares it made 25 voluntary context switches per claim
+    with the 8 threads and 15-18 without them.  It is only a hint: what makes a file durable
+    is its fsync, and where libc lacks the call or the file system refuses it the fsyncs alone
+    do the job, slower.  Directories need none: their changes are in the file system's journal.
+    """
+    start = _writeback_starter() if start_writeback and len(fds) > 1 else None
+    if start is not None:
         for fd in fds:
-            os.fsync(fd)
-        return
-    if _sync_pool is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _sync_pool = ThreadPoolExecutor(max_workers=_SYNC_THREADS, thread_name_prefix="dracni-fsync")
-    list(_sync_pool.map(os.fsync, fds))
+            start(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)  # a refusal (-1) changes nothing: the fsync follows
+    for fd in fds:
+        os.fsync(fd)
 
 
 def _close_all(fds: list[int]) -> None:
@@ -80,8 +97,8 @@ def _close_all(fds: list[int]) -> None:
 
 
 def apply_together(pending: dict[str, bytes | None]) -> None:
-    """Write the temp files, fsync them (in parallel), rename and delete; then fsync each
-    directory once (in parallel)."""
+    """Write the temp files, fsync them (their writeback started together), rename and delete;
+    then fsync each directory once."""
     writes = {path: data for path, data in pending.items() if data is not None}
     temps = {
         path: os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp{os.getpid()}") for path in writes
@@ -95,7 +112,7 @@ def apply_together(pending: dict[str, bytes | None]) -> None:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view) :]
-            _fsync_all(fds)
+            _fsync_all(fds, start_writeback=True)
         finally:
             _close_all(fds)
     except OSError as exc:
