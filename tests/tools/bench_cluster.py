@@ -13,7 +13,8 @@ behaviour under a burst, with the frozen bundle against the test API server.
     hand-overs behind much of that CPU), its resident memory idle and at its peak (goals:
     <= 80 MiB idle, <= 100 MiB at peak); the same bursts again on a network with an address pool
     (a /22), in the same run against the same service.  Each figure is the median of 5 bursts
-    (``BENCH_BURSTS``).
+    (``BENCH_BURSTS``).  Beside the p99, the floor under it: the test API server alone
+    answering the burst's claim GETs, without dracni (``tests/tools/bench_api_floor.py``).
     The service runs as the DaemonSet's pod does: in-cluster configuration, HTTPS
     (``tests/integration/in_cluster.py``); a kubeconfig would load the client's ``ApiClient``,
     pydantic and its auth providers (``kube_config.py`` imports them), about 15 MiB a pod never
@@ -263,7 +264,9 @@ def _burst(pods, call) -> list[float]:
 BURSTS = int(os.environ.get("BENCH_BURSTS", "5"))
 
 
-def _report(service, kubelet, pods, alone: tuple[list[float], list[float]], title: str) -> None:
+def _report(
+    service, kubelet, pods, alone: tuple[list[float], list[float]], title: str, floor: float | None = None
+) -> None:
     """``BURSTS`` bursts of prepares, each followed by one of unprepares; the medians of their
     figures (this 2-core VM's timings wander by a third from one burst to the next)."""
     one_p, one_u = (statistics.median(samples) * 1000 for samples in alone)
@@ -296,6 +299,11 @@ def _report(service, kubelet, pods, alone: tuple[list[float], list[float]], titl
         f"    burst prepare   p50 {p50_p:7.1f} ms  p99 {p99_p:7.1f} ms; p99/alone {p99_p / one_p:5.1f}x   "
         f"goal <= 8x {'OK' if p99_p <= 8 * one_p else 'MISSED'} (beyond it <= 3x {'OK' if p99_p <= 3 * one_p else 'MISSED'})"
     )
+    if floor is not None:
+        print(
+            f"    the test API server alone answers the burst's {2 * BURST_PODS} claim GETs over 32 connections in "
+            f"{floor:.0f} ms = {floor / one_p:.1f}x one pod alone (no dracni: the burst's floor, tests/tools/bench_api_floor.py)"
+        )
     print(f"    burst unprepare p50 {p50_u:7.1f} ms  p99 {p99_u:7.1f} ms; p99/alone {p99_u / one_u:5.1f}x")
     print(
         f"    CPU per claim in the burst of prepares: {cpu:.2f} ms   goal <= 1.0  {'OK' if cpu <= 1.0 else 'MISSED'}  "
@@ -355,6 +363,7 @@ def burst_bench(base: str) -> None:
 
 def _burst_bench(base: str, disk: Path, disk_what: str) -> None:
     from tests.integration.service import FakeApiServer, ServiceProcess, macvlan_params
+    from tests.tools.bench_api_floor import floor_ms
     from tests.tools.bench_pools import reservation_crd
 
     api = FakeApiServer(Path(base) / "apiserver-h", crds=[reservation_crd()], tls=True).start()
@@ -373,11 +382,15 @@ def _burst_bench(base: str, disk: Path, disk_what: str) -> None:
         alone = _alone(kubelet, plain[0])
         time.sleep(2.0)
         idle_rss, _ = rss_mib(service.proc.pid)
+        claim_paths = [
+            f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}" for pod in plain for ns, _, name in pod
+        ]
+        floor = floor_ms(api.url, api.ca_path, api.add_token("bench-floor"), claim_paths)
         title = (
             f"(h) {BURST_PODS} pods x 2 claims at once, {LATENCY * 1000:.0f} ms API latency, in-cluster config over "
             f"HTTPS as the DaemonSet; the state dir on {disk_what}:"
         )
-        _report(service, kubelet, plain, alone, title)
+        _report(service, kubelet, plain, alone, title, floor)
         _, peak_rss = rss_mib(service.proc.pid)
         print(
             f"    service RSS: idle {idle_rss:.1f} MiB (goal <= 80 {'OK' if idle_rss <= 80 else 'MISSED'}), "
