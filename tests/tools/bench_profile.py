@@ -155,8 +155,9 @@ def profile_bench(base: str) -> None:
 
 def _profile_bench(base: str, disk: Path) -> None:
     from tests.integration.service import FakeApiServer, ServiceProcess, macvlan_params
-    from tests.tools.bench_cluster import BURST_PODS, LATENCY, _alone, _claims, cpu_ms
+    from tests.tools.bench_cluster import BURST_PODS, LATENCY, _alone, _claims
     from tests.tools.bench_pools import reservation_crd
+    from tests.tools.bench_process import cpu_ms
 
     out = Path(base) / "profile"
     out.mkdir(parents=True)
