@@ -1,16 +1,17 @@
-"""(h)'s floor: how long the test API server alone takes to answer the burst's claim GETs.
+"""(h)'s floor: how long the burst's claim GETs take with no dracni, only the test API server,
+over as many connections as the service keeps (``connection_pool_maxsize``, 32).
 
-The test API server is Python in one process (``ThreadingHTTPServer``, one GIL), which a real
-kube-apiserver is not; it serves at most about 1,400 GETs a second on this VM however many
-connections ask.  (h) prints this floor beside the burst's p99, so that a reader can tell the
-service's share from the test double's: the burst's GETs cannot be answered faster than this,
-with dracni or without it.
+At most 32 requests are out at once and each waits the bench's 20 ms latency, so the burst's
+200 GETs need 125 ms at the least however fast the service is, and the test API server (Python,
+one process, one GIL) adds its own time to each: measured 158-189 ms, 5.5-6.5x one pod alone.
+(h) prints this floor beside the burst's p99, so that a reader can tell the service's share
+from what the connections and the test double leave.  Over 64 or 100 connections the same
+GETs took 72-208 ms on this VM: the test API server's own throughput is the limit there.
 
 ``floor_ms`` runs the GETs from a process of their own (not the bench's, whose threads share
-the test API server's GIL), through libcurl's multi interface over ``connections``
-connections kept open between rounds, as the service's pool keeps them (its default:
-``connection_pool_maxsize`` 32).  The first round opens the connections and is left out; the
-median of the other rounds is reported.
+the test API server's GIL), through libcurl's multi interface, the connections kept open
+between rounds as the service's pool keeps them.  The first round opens the connections and
+is left out; the median of the other rounds is reported.
 """
 
 from __future__ import annotations
