@@ -22,6 +22,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from dracni.kube.transport import CONNECTIONS
 from dracni.kubelet.driver import PrepareResult as PrepareOutcome
 from dracni.kubelet.proto import (
     dra_v1_pb2,
@@ -31,7 +32,7 @@ from dracni.kubelet.proto import (
     registration_pb2,
     registration_pb2_grpc,
 )
-from dracni.kubelet.server import SUPPORTED_SERVICES, ClaimRef, DRAPluginServer
+from dracni.kubelet.server import DRA_WORKERS, SUPPORTED_SERVICES, ClaimRef, DRAPluginServer
 from tests.fakes.kubelet import ClaimError, FakeKubelet, RegistrationError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -449,6 +450,30 @@ def test_calls_run_concurrently(make_server, kubelets):
     for t in threads:
         t.join(10)
     assert {uid: r.error for uid, r in results.items()} == {"uid-a": "", "uid-b": ""}
+
+
+def test_twice_as_many_calls_run_at_once_as_there_are_api_connections(make_server, kubelets):
+    """A burst of pod starts keeps every API connection busy: the calls waiting for their group
+    commit hold a worker each but no connection (``DRA_WORKERS``)."""
+    calls = 2 * CONNECTIONS
+    assert calls == DRA_WORKERS
+    barrier = threading.Barrier(calls, timeout=10)
+
+    def prepare(claims):
+        barrier.wait()  # breaks (-> claim errors) unless all the calls are in here at once
+        return good_prepare(claims)
+
+    make_server(prepare=prepare)
+    kubelet = registered_kubelet(kubelets, "v1")
+    claims = [("ns1", f"uid-{n}", f"claim-{n}") for n in range(calls)]
+    results: dict = {}
+    threads = [threading.Thread(target=lambda c=c: results.update(kubelet.prepare([c]))) for c in claims]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert {r.error for r in results.values()} == {""}
+    assert len(results) == calls
 
 
 # -- sockets and lifecycle ------------------------------------------------------------------
