@@ -74,11 +74,12 @@ def _fsync_all(fds: list[int], *, start_writeback: bool = False) -> None:
     once, so the first fsync's journal commit carries the whole batch and the later ones find
     their data written.  On a journaled ext4, 24 files took 4.3-4.8 ms this way, 11-15 ms
     fsynced one after the other without the hint, and 5.5 ms fsynced by 8 threads at once,
-    this module's way before, whose hand-overs to the threads and back cost more than that in
-    the service: in (h)'s burst of prepares it made 25 voluntary context switches per claim
-    with the 8 threads and 15-18 without them.  It is only a hint: what makes a file durable
-    is its fsync, and where libc lacks the call or the file system refuses it the fsyncs alone
-    do the job, slower.  Directories need none: their changes are in the file system's journal.
+    this module's way before, whose hand-overs cost context switches: in (h)'s burst of
+    prepares the service made 25 voluntary ones per claim with the 8 threads and 15-18 without
+    them (CPU and latency the same within the VM's noise).  It is only a hint: what makes a
+    file durable is its fsync, and where libc lacks the call or the file system refuses it the
+    fsyncs alone do the job, slower.  Directories need none: their changes are in the file
+    system's journal.
     """
     start = _writeback_starter() if start_writeback and len(fds) > 1 else None
     if start is not None:
