@@ -25,7 +25,7 @@ import time
 ROUNDS = 4
 
 
-def floor_ms(url: str, ca_path: str, token: str, paths: list[str], connections: int = 32) -> float:
+def floor_ms(url: str, ca_path: str, token: str, paths: list[str], connections: int) -> float:
     """Median ms to GET every path, ``connections`` at a time, in a process of its own."""
     request = {"url": url, "ca": ca_path, "token": token, "paths": paths, "connections": connections}
     done = subprocess.run(

@@ -45,6 +45,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from dracni.kube.transport import CONNECTIONS
 from tests.harness import Lab
 from tests.tools.bench_process import context_switches, cpu_ms, reference_loop_ms, rss_mib
 
@@ -267,7 +268,7 @@ def _report(
     )
     if floor is not None:
         print(
-            f"    the test API server alone answers the burst's {2 * BURST_PODS} claim GETs over 32 connections in "
+            f"    the test API server alone answers the burst's {2 * BURST_PODS} claim GETs over {CONNECTIONS} connections in "
             f"{floor:.0f} ms = {floor / one_p:.1f}x one pod alone (no dracni: the burst's floor, tests/tools/bench_api_floor.py)"
         )
     print(f"    burst unprepare p50 {p50_u:7.1f} ms  p99 {p99_u:7.1f} ms; p99/alone {p99_u / one_u:5.1f}x")
@@ -338,7 +339,7 @@ def _burst_bench(base: str, disk: Path, disk_what: str) -> None:
         claim_paths = [
             f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}" for pod in plain for ns, _, name in pod
         ]
-        floor = floor_ms(api.url, api.ca_path, api.add_token("bench-floor"), claim_paths)
+        floor = floor_ms(api.url, api.ca_path, api.add_token("bench-floor"), claim_paths, CONNECTIONS)
         title = (
             f"(h) {BURST_PODS} pods x 2 claims at once, {LATENCY * 1000:.0f} ms API latency, in-cluster config over "
             f"HTTPS as the DaemonSet; the state dir on {disk_what}:"

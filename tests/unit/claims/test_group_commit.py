@@ -76,7 +76,7 @@ def test_a_record_that_cannot_be_written_applies_none_of_the_batch(state):
 def test_a_batch_starts_the_writeback_of_its_files_and_fsyncs_them_on_its_own_thread(state, monkeypatch):
     """Every new record's temp file gets ``sync_file_range`` (the real libc call, which this
     kernel accepts) before the fsyncs, and the commit starts no thread (the 8 fsync threads it
-    had cost more in hand-overs than they saved)."""
+    had cost the service a third of its context switches)."""
     real = batch._writeback_starter()
     assert real is not None, "libc has no sync_file_range"
     started: list[tuple[str, int]] = []
