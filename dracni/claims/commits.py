@@ -22,7 +22,8 @@ T = TypeVar("T")
 class _Waiting(Generic[T]):
     def __init__(self, work: Callable[[StateDir], T]) -> None:
         self.work = work
-        self.done = threading.Event()
+        self.woken = threading.Event()  # its batch was applied, or it is to lead the next one
+        self.finished = False
         self.result: T | None = None
         self.error: BaseException | None = None
 
@@ -33,6 +34,11 @@ class GroupCommit:
     ``work`` stages record writes through the state dir's usual methods.  An exception from one
     ``work`` is its caller's alone (what it staged before raising is kept, as without a batch);
     a failure to apply the batch is every caller's StateError.
+
+    A leader applies one batch, the one holding its own call, and returns: the first call
+    waiting for the next batch leads that one.  A leader that kept committing until no call
+    was waiting would answer its own kubelet call only once no other call waits, in a burst
+    of pod starts at the end of the burst.
     """
 
     def __init__(self, state: StateDir) -> None:
@@ -47,37 +53,49 @@ class GroupCommit:
             self._queue.append(waiting)  # type: ignore[arg-type]
             lead = not self._leading
             self._leading = True
-        if lead:
-            self._lead()
-        waiting.done.wait()
+        while True:
+            if lead:
+                self._lead()
+            waiting.woken.wait()
+            if waiting.finished:
+                break
+            waiting.woken.clear()  # handed the lead: this call is the next batch's first
+            lead = True
         if waiting.error is not None:
             raise waiting.error
         return waiting.result  # type: ignore[return-value]
 
     def _lead(self) -> None:
-        while True:
-            with self._mutex:
-                batch, self._queue = self._queue, []
-                if not batch:
-                    self._leading = False
-                    return
-            try:
-                with self.state.locked(), self.state.batched():
-                    for waiting in batch:
-                        try:
-                            waiting.result = waiting.work(self.state)
-                        except Exception as exc:
-                            waiting.error = exc
-            except StateError as exc:
+        """Apply the waiting calls' batch, then hand the lead to the next batch's first call."""
+        with self._mutex:
+            batch, self._queue = self._queue, []
+        try:
+            with self.state.locked(), self.state.batched():
                 for waiting in batch:
-                    waiting.error = waiting.error or exc
-            except BaseException as exc:  # KeyboardInterrupt, SystemExit: fail every waiting call
-                with self._mutex:
-                    batch, self._queue = batch + self._queue, []
-                    self._leading = False
-                for waiting in batch:
-                    waiting.error = waiting.error or exc
-                    waiting.done.set()
-                raise
+                    try:
+                        waiting.result = waiting.work(self.state)
+                    except Exception as exc:
+                        waiting.error = exc
+        except StateError as exc:
             for waiting in batch:
-                waiting.done.set()
+                waiting.error = waiting.error or exc
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit: fail every waiting call
+            with self._mutex:
+                batch, self._queue = batch + self._queue, []
+                self._leading = False
+            for waiting in batch:
+                waiting.error = waiting.error or exc
+                _finish(waiting)
+            raise
+        for waiting in batch:
+            _finish(waiting)
+        with self._mutex:
+            if self._queue:
+                self._queue[0].woken.set()
+            else:
+                self._leading = False
+
+
+def _finish(waiting: _Waiting[object]) -> None:
+    waiting.finished = True
+    waiting.woken.set()

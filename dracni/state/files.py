@@ -14,7 +14,8 @@ Records are written atomically (temp file, fsync, rename, fsync of the directory
 state lock is held; readers never need the lock because a rename is atomic.  The service
 groups the writes of concurrent kubelet calls into one lock hold (``batched()``, the engine is
 ``batch.py``): while a batch is open, writes and deletions are staged in ``_pending`` and
-reads see them.  The lock is held only around record writes, never around delegate execs, so
+reads see them, and a record missing from its directory's listing (taken once per batch) is
+known absent without being opened.  The lock is held only around record writes, never around delegate execs, so
 ADD/DEL of different pods do not wait on each other for longer than a record write.
 
 This module sits on the CNI hot path: it imports only ``os`` and ``json`` (and ``fcntl`` for
@@ -125,6 +126,8 @@ class RecordFiles:
         self._lock: StateLock | None = None  # made on the first write: reads take no lock
         #: path -> new bytes (None: deleted) while a ``batched()`` block defers its writes
         self._pending: dict[str, bytes | None] | None = None
+        #: directory -> the names in it, listed once per ``batched()`` block (under the lock)
+        self._listed: dict[str, frozenset[str]] | None = None
         #: Called as ``(record path, quarantined path, reason)`` after a record was moved aside
         #: (the CNI plugin logs one line; the service counts it).
         self.on_quarantine: Callable[[str, str, str], None] | None = None
@@ -172,11 +175,37 @@ class RecordFiles:
     def _read(self, path: str) -> Any:
         if self._pending is not None and path in self._pending:
             data = self._pending[path]
+        elif self._known_absent(path):
+            return None
         else:
             data = read_if_exists(path, StateError)
         if data is None:
             return None
         return _decode(data, path)
+
+    def _known_absent(self, path: str) -> bool:
+        """Inside a batch: ``path`` is not in its directory's listing, so it need not be opened.
+
+        A burst of first prepares reads a record and a pod index for each claim that are not
+        there yet; every failed open would hand the interpreter lock to another thread and wait
+        to get it back (see ``batch.py``).  One listing per directory and batch replaces them.
+        It stays true for the whole batch: every writer holds the state lock, and this batch's
+        own writes and deletions are in ``_pending``, consulted first.
+        """
+        listed = self._listed
+        if listed is None:
+            return False
+        directory, name = os.path.split(path)
+        names = listed.get(directory)
+        if names is None:
+            try:
+                names = frozenset(os.listdir(directory))
+            except FileNotFoundError:
+                names = frozenset()
+            except OSError:  # unreadable: no shortcut, the read says what is wrong
+                return False
+            listed[directory] = names
+        return name not in names
 
     def quarantine(self, path: str) -> str | None:
         """Move the unreadable record at ``path`` into ``quarantine/``, under the state lock.
@@ -269,7 +298,10 @@ class RecordFiles:
     def _delete(self, path: str) -> bool:
         assert self._lock is not None and self._lock.is_mine(), "state writes must hold the state lock"
         if self._pending is not None:
-            existed = self._pending[path] is not None if path in self._pending else os.path.exists(path)
+            if path in self._pending:
+                existed = self._pending[path] is not None
+            else:
+                existed = not self._known_absent(path) and os.path.exists(path)
             self._pending[path] = None
             return existed
         try:

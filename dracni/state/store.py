@@ -230,7 +230,7 @@ class StateDir(RecordFiles):
         path = self._path("outbox", claim_uid)
         if self._pending is not None and path in self._pending:
             return self._pending[path] is not None
-        return os.path.exists(path)
+        return not self._known_absent(path) and os.path.exists(path)
 
     def put_outbox(self, record: StatusOutbox, *, sync_dir: bool = True) -> None:
         """Write a claim's outbox record (``sync_dir``: see ``write_atomic``)."""

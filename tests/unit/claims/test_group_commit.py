@@ -94,7 +94,10 @@ def test_a_batch_starts_the_writeback_of_its_files_and_fsyncs_them_on_its_own_th
     assert [c["uid"] for c in state.list_claims()] == ["a", "b"]
     written = sorted(f".{os.path.basename(f)}" for f in files(state))  # the claims and both pods' index files
     assert len(written) == 6
-    assert sorted(name.split(".tmp")[0] for name, _ in started) == written
+    # one file per distinct record: each pod's index by name is a link to its index by UID
+    inodes = {os.stat(os.path.join(state.root, f)).st_ino for f in files(state)}
+    assert len(inodes) == 4 == len(started)
+    assert {name.split(".tmp")[0] for name, _ in started} <= set(written)
     assert {result for _, result in started} == {0}
 
 
@@ -159,3 +162,133 @@ def test_a_failing_work_fails_its_own_call_only(state):
         commits.run(bad)
     assert commits.run(lambda s: s.put_claims([claim("ok")])) is None
     assert [c["uid"] for c in state.list_claims()] == ["ok"]
+
+
+def test_a_leader_returns_after_its_own_batch_and_a_waiting_call_leads_the_next(state):
+    commits = GroupCommit(state)
+    release_first, release_second = threading.Event(), threading.Event()
+    led_by: dict[str, int] = {}
+
+    def first(s: StateDir) -> str:
+        release_first.wait(10)
+        s.put_claims([claim("first")])
+        return "first"
+
+    def second(uid: str):
+        def work(s: StateDir) -> str:
+            led_by[uid] = threading.get_ident()
+            release_second.wait(10)
+            s.put_claims([claim(uid, pod=f"pod-{uid}")])
+            return uid
+
+        return work
+
+    results: dict[str, str] = {}
+    threads: dict[str, threading.Thread] = {}
+
+    def start(name: str, work) -> None:
+        threads[name] = threading.Thread(target=lambda: results.update({name: commits.run(work)}), name=name)
+        threads[name].start()
+
+    start("first", first)
+    while not commits._leading:
+        threading.Event().wait(0.001)
+    for uid in ("u1", "u2"):
+        start(uid, second(uid))
+    while len(commits._queue) < 2:
+        threading.Event().wait(0.001)
+    release_first.set()
+    threads["first"].join(10)
+    try:
+        # The first call has its answer while the next batch is still being applied.
+        assert not threads["first"].is_alive() and results == {"first": "first"}
+        while not led_by:  # the next batch's leader runs the first work of that batch
+            threading.Event().wait(0.001)
+        assert threads["first"].ident not in led_by.values()
+    finally:
+        release_second.set()
+        for t in threads.values():
+            t.join(10)
+    assert results == {"first": "first", "u1": "u1", "u2": "u2"}
+    assert set(led_by) == {"u1", "u2"} and len(set(led_by.values())) == 1  # one batch, one leader
+    assert not commits._leading and not commits._queue
+
+
+def test_records_with_the_same_bytes_share_one_file_written_and_fsynced_once(state, monkeypatch):
+    """A pod's index under its UID and under its name hold the same claims: one temp file,
+    fsynced once, hard-linked under the second name; a later write of one name replaces only
+    that name."""
+    fsynced: list[str] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        fsynced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    with state.locked(), state.batched():
+        state.put_claims([claim("a"), claim("b")])  # both for pod-1
+    by_uid = os.path.join(state.root, "pods", "uid_pod-1.json")
+    by_name = os.path.join(state.root, "pods", "name_default_pod-1.json")
+    assert os.stat(by_uid).st_ino == os.stat(by_name).st_ino and os.stat(by_uid).st_nlink == 2
+    assert state.pod_claim_uids("pod-1", None, None) == state.pod_claim_uids(None, "default", "pod-1") == ["a", "b"]
+    record_files = [p for p in fsynced if not os.path.isdir(p)]
+    assert len(record_files) == 3  # the two claims and one index file, not four
+    assert not [f for f in files(state) if ".tmp" in f]
+
+    # The pod is gone, another pod of the same name has claim c: only the name's index changes.
+    with state.locked(), state.batched():
+        state.put_claims([claim("c", pod="pod-1b") | {"pods": [{"uid": "pod-1b", "name": "pod-1"}]}])
+    assert state.pod_claim_uids("pod-1", None, None) == ["a", "b"]
+    assert state.pod_claim_uids(None, "default", "pod-1") == ["a", "b", "c"]
+    assert os.stat(by_uid).st_ino != os.stat(by_name).st_ino and os.stat(by_uid).st_nlink == 1
+
+
+def test_where_hard_links_are_refused_each_record_gets_its_own_file(state, monkeypatch):
+    def refused(src: str, dst: str) -> None:
+        raise PermissionError(1, "Operation not permitted", src)
+
+    monkeypatch.setattr(os, "link", refused)
+    with state.locked(), state.batched():
+        state.put_claims([claim("a")])
+    by_uid = os.path.join(state.root, "pods", "uid_pod-1.json")
+    by_name = os.path.join(state.root, "pods", "name_default_pod-1.json")
+    assert os.stat(by_uid).st_ino != os.stat(by_name).st_ino
+    assert state.pod_claim_uids(None, "default", "pod-1") == state.pod_claim_uids("pod-1", None, None) == ["a"]
+    assert not [f for f in files(state) if ".tmp" in f]
+
+
+def test_a_stale_temp_file_of_this_pid_does_not_stop_the_link(state):
+    """A temp name left by a crashed process with this PID (a container's PIDs repeat): the
+    record is written under it afresh."""
+    stale = os.path.join(state.root, "pods", f".name_default_pod-1.json.tmp{os.getpid()}")
+    with open(stale, "w") as f:
+        f.write("half a record")
+    with state.locked(), state.batched():
+        state.put_claims([claim("a")])
+    assert state.pod_claim_uids(None, "default", "pod-1") == state.pod_claim_uids("pod-1", None, None) == ["a"]
+    assert not os.path.exists(stale)
+
+
+def test_a_batch_opens_no_record_that_its_directory_listing_lacks(state, monkeypatch):
+    """A first prepare reads the claim's record and the pod's index, neither there yet: one
+    listing of each directory instead of a failed open each.  Records that are there are read,
+    and the batch's own writes are seen."""
+    state.put_claims([claim("old")])
+    opened: list[str] = []
+    real_open = open
+
+    def recording_open(path, *args, **kwargs):
+        opened.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", recording_open)
+    with state.locked(), state.batched():
+        assert state.read_claim("new") is None
+        assert state.read_claim("old")["uid"] == "old"
+        state.put_claims([claim("new", pod="pod-2")])
+        assert state.read_claim("new")["uid"] == "new"
+        assert state.pod_claim_uids("pod-2", None, None) == ["new"]
+    assert [os.path.basename(p) for p in opened if p.endswith(".json")] == ["old.json"]
+    assert state.read_claim("new")["uid"] == "new"
+    assert state.pod_claim_uids("pod-1", None, None) == ["old"]
