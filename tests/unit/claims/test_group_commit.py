@@ -261,13 +261,17 @@ def test_where_hard_links_are_refused_each_record_gets_its_own_file(state, monke
 def test_a_stale_temp_file_of_this_pid_does_not_stop_the_link(state):
     """A temp name left by a crashed process with this PID (a container's PIDs repeat): the
     record is written under it afresh."""
-    stale = os.path.join(state.root, "pods", f".name_default_pod-1.json.tmp{os.getpid()}")
-    with open(stale, "w") as f:
-        f.write("half a record")
+    stale = [
+        os.path.join(state.root, "pods", f".{stem}.json.tmp{os.getpid()}")
+        for stem in ("name_default_pod-1", "uid_pod-1")  # the file written, and the link to it
+    ]
+    for path in stale:
+        with open(path, "w") as f:
+            f.write("half a record")
     with state.locked(), state.batched():
         state.put_claims([claim("a")])
     assert state.pod_claim_uids(None, "default", "pod-1") == state.pod_claim_uids("pod-1", None, None) == ["a"]
-    assert not os.path.exists(stale)
+    assert not [path for path in stale if os.path.exists(path)]
 
 
 def test_a_batch_opens_no_record_that_its_directory_listing_lacks(state, monkeypatch):
