@@ -87,7 +87,9 @@ def test_add_writes_the_entry_beside_the_default_one_and_del_removes_it(lab, api
             {"name": "default/mv/net", "interface": "net1", "ips": ["10.10.1.2"], "mac": mac,
              "default": False, "dns": {}},
         ]  # fmt: skip
-        assert our_status(api, claim)  # the claim status went out in the same drain
+        # The same drain sends the claim's status right after the pods' annotation
+        # (status/drain.py drain_outbox): it may still be on its way when the annotation is seen.
+        wait_for(lambda: our_status(api, claim), 2.0, "the claim's status after ADD")
         patches = api.requests_to("PATCH", "/pods/demo")
         assert {r.user for r in patches} == {api.other_user, service_account_user()}  # the VAP admitted ours
 
