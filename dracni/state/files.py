@@ -15,8 +15,9 @@ state lock is held; readers never need the lock because a rename is atomic.  The
 groups the writes of concurrent kubelet calls into one lock hold (``batched()``, the engine is
 ``batch.py``): while a batch is open, writes and deletions are staged in ``_pending`` and
 reads see them, and a record missing from its directory's listing (taken once per batch) is
-known absent without being opened.  The lock is held only around record writes, never around delegate execs, so
-ADD/DEL of different pods do not wait on each other for longer than a record write.
+known absent without being opened.  The lock is held only around record writes, never around
+delegate execs, so ADD/DEL of different pods do not wait on each other for longer than a
+record write.
 
 This module sits on the CNI hot path: it imports only ``os`` and ``json`` (and ``fcntl`` for
 the lock, when a write needs it).  Records are indented JSON with sorted keys
@@ -183,6 +184,12 @@ class RecordFiles:
             return None
         return _decode(data, path)
 
+    def _exists(self, path: str) -> bool:
+        """The record is there: staged by the open batch, else on disk."""
+        if self._pending is not None and path in self._pending:
+            return self._pending[path] is not None
+        return not self._known_absent(path) and os.path.exists(path)
+
     def _known_absent(self, path: str) -> bool:
         """Inside a batch: ``path`` is not in its directory's listing, so it need not be opened.
 
@@ -298,10 +305,7 @@ class RecordFiles:
     def _delete(self, path: str) -> bool:
         assert self._lock is not None and self._lock.is_mine(), "state writes must hold the state lock"
         if self._pending is not None:
-            if path in self._pending:
-                existed = self._pending[path] is not None
-            else:
-                existed = not self._known_absent(path) and os.path.exists(path)
+            existed = self._exists(path)
             self._pending[path] = None
             return existed
         try:

@@ -227,10 +227,7 @@ class StateDir(RecordFiles):
 
     def has_outbox(self, claim_uid: str) -> bool:
         """An outbox record of the claim exists (readable or not: updating it quarantines a bad one)."""
-        path = self._path("outbox", claim_uid)
-        if self._pending is not None and path in self._pending:
-            return self._pending[path] is not None
-        return not self._known_absent(path) and os.path.exists(path)
+        return self._exists(self._path("outbox", claim_uid))
 
     def put_outbox(self, record: StatusOutbox, *, sync_dir: bool = True) -> None:
         """Write a claim's outbox record (``sync_dir``: see ``write_atomic``)."""
