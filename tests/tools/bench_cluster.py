@@ -12,9 +12,14 @@ behaviour under a burst, with the frozen bundle against the test API server.
     burst of prepares (goal: <= 1.0 ms) and its context switches per claim (the thread
     hand-overs behind much of that CPU), its resident memory idle and at its peak (goals:
     <= 80 MiB idle, <= 100 MiB at peak); the same bursts again on a network with an address pool
-    (a /22), in the same run against the same service.  Each figure is the median of 5 bursts
-    (``BENCH_BURSTS``).  Beside the p99, the floor under it: the test API server alone
-    answering the burst's claim GETs, without dracni (``tests/tools/bench_api_floor.py``).
+    (a /22), in the same run against the same service.  Where a burst's time goes: when the test
+    API server answered the burst's last claim GET and how long it took over each (its own
+    timestamps, ``RecordedRequest.received``/``answered``), so the p99 splits into the GETs and the
+    service's tail after them; and the CPU the service and the bench's own process (the test API
+    server and the kubelet's threads share it) used in the burst, against the machine's CPUs.
+    Each figure is the median of 5 bursts (``BENCH_BURSTS``).  Beside the p99, the floor under
+    it: the test API server alone answering the burst's claim GETs, without dracni
+    (``tests/tools/bench_api_floor.py``).
     The service runs as the DaemonSet's pod does: in-cluster configuration, HTTPS
     (``tests/integration/in_cluster.py``); a kubeconfig would load the client's ``ApiClient``,
     pydantic and its auth providers (``kube_config.py`` imports them), about 15 MiB a pod never
@@ -38,7 +43,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -47,6 +51,7 @@ from pathlib import Path
 
 from dracni.kube.transport import CONNECTIONS
 from tests.harness import Lab
+from tests.tools.bench_burst import burst, claim_gets
 from tests.tools.bench_process import context_switches, cpu_ms, reference_loop_ms, rss_mib
 
 NODES = 20
@@ -205,34 +210,13 @@ def _alone(kubelet, claims) -> tuple[list[float], list[float]]:
     return single_prepare, single_unprepare
 
 
-def _burst(pods, call) -> list[float]:
-    barrier = threading.Barrier(BURST_PODS)
-    times: list[float] = []
-    lock = threading.Lock()
-
-    def one(claims) -> None:
-        barrier.wait()
-        started = time.perf_counter()
-        call(claims, raise_on_error=True)
-        with lock:
-            times.append(time.perf_counter() - started)
-
-    threads = [threading.Thread(target=one, args=(claims,)) for claims in pods]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(times) == BURST_PODS, "a call of the burst failed"
-    return times
-
-
 #: Bursts run, one after the other, for each figure of (h); the median one is reported
 #: (``BENCH_BURSTS``: more, for comparing two builds on this VM, whose speed wanders).
 BURSTS = int(os.environ.get("BENCH_BURSTS", "5"))
 
 
 def _report(
-    service, kubelet, pods, alone: tuple[list[float], list[float]], title: str, floor: float | None = None
+    service, kubelet, api, pods, alone: tuple[list[float], list[float]], title: str, floor: float | None = None
 ) -> None:
     """``BURSTS`` bursts of prepares, each followed by one of unprepares; the medians of their
     figures (this 2-core VM's timings wander by a third from one burst to the next)."""
@@ -242,12 +226,15 @@ def _report(
     for _ in range(BURSTS):
         switches_before = context_switches(service.proc.pid)
         cpu_before, wall_before = cpu_ms(service.proc.pid), time.perf_counter()
-        prepares = _burst(pods, kubelet.prepare)
+        bench_cpu_before = cpu_ms(os.getpid())
+        prepares, began = burst(pods, kubelet.prepare)
+        bench_cpu = cpu_ms(os.getpid()) - bench_cpu_before
+        gets = claim_gets(api, began)
         cpu_prepare = cpu_ms(service.proc.pid) - cpu_before
         wall_prepare = (time.perf_counter() - wall_before) * 1000
         switches = [b - a for a, b in zip(switches_before, context_switches(service.proc.pid), strict=True)]
-        unprepares = _burst(pods, kubelet.unprepare)
-        runs.append((prepares, unprepares, cpu_prepare, wall_prepare, switches))
+        unprepares, _ = burst(pods, kubelet.unprepare)
+        runs.append((prepares, unprepares, cpu_prepare, wall_prepare, switches, gets, bench_cpu))
 
     def median_of(figure) -> float:
         return statistics.median(figure(run) for run in runs)
@@ -271,6 +258,19 @@ def _report(
             f"    the test API server alone answers the burst's {2 * BURST_PODS} claim GETs over {CONNECTIONS} connections in "
             f"{floor:.0f} ms = {floor / one_p:.1f}x one pod alone (no dracni: the burst's floor, tests/tools/bench_api_floor.py)"
         )
+    gets_end, get_ms = median_of(lambda r: r[5][0]), median_of(lambda r: r[5][1])
+    tail = median_of(lambda r: percentile_ms(r[0], 0.99) - r[5][0])
+    print(
+        f"    the burst's claim GETs as the test API server saw them: the last answered {gets_end:.0f} ms after the "
+        f"burst began, {tail:.0f} ms before the p99 call ended (the service's tail: resolve, commit, answer); "
+        f"each took it {get_ms:.1f} ms (p50; {LATENCY * 1000:.0f} ms of it the set latency)"
+    )
+    wall, service_cpu, bench_cpu = (median_of(lambda r, i=i: r[i]) for i in (3, 2, 6))
+    print(
+        f"    CPU in the burst of prepares: the service {service_cpu:.0f} ms, the bench's own process (the test "
+        f"API server, the kubelet's threads) {bench_cpu:.0f} ms, in {wall:.0f} ms: "
+        f"{(service_cpu + bench_cpu) / wall:.2f} of the {os.cpu_count()} CPUs busy with them"
+    )
     print(f"    burst unprepare p50 {p50_u:7.1f} ms  p99 {p99_u:7.1f} ms; p99/alone {p99_u / one_u:5.1f}x")
     print(
         f"    CPU per claim in the burst of prepares: {cpu:.2f} ms   goal <= 1.0  {'OK' if cpu <= 1.0 else 'MISSED'}  "
@@ -344,7 +344,7 @@ def _burst_bench(base: str, disk: Path, disk_what: str) -> None:
             f"(h) {BURST_PODS} pods x 2 claims at once, {LATENCY * 1000:.0f} ms API latency, in-cluster config over "
             f"HTTPS as the DaemonSet; the state dir on {disk_what}:"
         )
-        _report(service, kubelet, plain, alone, title, floor)
+        _report(service, kubelet, api, plain, alone, title, floor)
         _, peak_rss = rss_mib(service.proc.pid)
         print(
             f"    service RSS: idle {idle_rss:.1f} MiB (goal <= 80 {'OK' if idle_rss <= 80 else 'MISSED'}), "
@@ -353,7 +353,12 @@ def _burst_bench(base: str, disk: Path, disk_what: str) -> None:
         alone = _alone(kubelet, pooled[0])
         reserved_before = len(api.requests_to("POST", "addressreservations"))
         _report(
-            service, kubelet, pooled, alone, "    the same on a network with an address pool (a /22, 1021 addresses):"
+            service,
+            kubelet,
+            api,
+            pooled,
+            alone,
+            "    the same on a network with an address pool (a /22, 1021 addresses):",
         )
         creates = len(api.requests_to("POST", "addressreservations")) - reserved_before
         left = len(api.list_custom_objects("addressreservations"))

@@ -66,10 +66,10 @@ def _signal_and_wait(pid: int, signum: int, marker: Path, timeout: float = 120.0
 
 
 def _burst_both(kubelet, pods) -> None:
-    from tests.tools.bench_cluster import _burst
+    from tests.tools.bench_burst import burst
 
-    _burst(pods, kubelet.prepare)
-    _burst(pods, kubelet.unprepare)
+    burst(pods, kubelet.prepare)
+    burst(pods, kubelet.unprepare)
 
 
 def _own_time_by_area(stats: pstats.Stats) -> Counter[str]:

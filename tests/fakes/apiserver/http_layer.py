@@ -51,6 +51,10 @@ class RecordedRequest:
     accept: str | None = None
     #: The caller's token's own ``extra`` (``add_token``); None: its user's ``user_extra``.
     extra: dict[str, list[str]] | None = None
+    #: ``time.perf_counter()`` when the request was read, and when its answer was sent (0: not
+    #: sent, or a watch): a benchmark's timeline of what the server did.
+    received: float = 0.0
+    answered: float = 0.0
 
     @property
     def watch(self) -> bool:
@@ -245,6 +249,7 @@ class HttpFrontend:
             None,
             user_agent=handler.headers.get("User-Agent"),
             accept=handler.headers.get("Accept"),
+            received=time.perf_counter(),
         )
         with self._store.lock:
             self.requests.append(record)
@@ -274,6 +279,7 @@ class HttpFrontend:
         record.status = code
         try:
             handler.send_json(code, body, record.warnings if code < 400 else None)
+            record.answered = time.perf_counter()
         except (BrokenPipeError, ConnectionResetError, OSError):
             handler.close_connection = True
 
