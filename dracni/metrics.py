@@ -14,6 +14,36 @@ PREPARES = Counter("dracni_prepare_claims_total", "Claims prepared, by result.",
 UNPREPARES = Counter("dracni_unprepare_claims_total", "Claims unprepared, by result.", ["result"], registry=REGISTRY)
 PREPARE_SECONDS = Histogram("dracni_prepare_seconds", "NodePrepareResources latency.", registry=REGISTRY)
 UNPREPARE_SECONDS = Histogram("dracni_unprepare_seconds", "NodeUnprepareResources latency.", registry=REGISTRY)
+#: What a slow prepare waited for, the API server or the node's disk (``service/observer.py``).
+API_REQUEST_SECONDS = Histogram(
+    "dracni_api_request_seconds",
+    "API server requests (watches aside), the wait for a free connection included, by verb and resource.",
+    ["verb", "resource"],
+    registry=REGISTRY,
+)
+API_CONNECTION_WAIT_SECONDS = Histogram(
+    "dracni_api_connection_wait_seconds",
+    "Time an API server request waited for a free connection (all of them busy).",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0),
+    registry=REGISTRY,
+)
+COMMIT_SECONDS = Histogram(
+    "dracni_state_commit_seconds",
+    "A kubelet call's state-dir writes, from reaching the group commit until they are durable "
+    "(the wait for the commit ahead of it included).",
+    registry=REGISTRY,
+)
+COMMIT_BATCH_CALLS = Histogram(
+    "dracni_state_commit_batch_calls",
+    "Kubelet calls whose state-dir writes one group commit applied.",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+    registry=REGISTRY,
+)
+COMMIT_LOCK_SECONDS = Histogram(
+    "dracni_state_commit_lock_seconds",
+    "How long one group commit held the state lock (a CNI ADD or DEL waits for it meanwhile).",
+    registry=REGISTRY,
+)
 OUTBOX_DEPTH = Gauge(
     "dracni_status_outbox_pending", "Claims whose status is waiting to be published.", registry=REGISTRY
 )

@@ -21,7 +21,7 @@ from ..kubelet.driver import Claim, ClaimRef, ClaimSource, Observer, PrepareResu
 from ..kubelet.helper import KubeletPluginHelper
 from ..kubelet.workers import BatchWorkers
 from ..state.store import StateError
-from .commits import GroupCommit
+from .commits import CommitObserver, GroupCommit
 from .prepare import Resolved, Resolver, store_prepared, unprepare_claims
 
 
@@ -31,16 +31,18 @@ class NetworkDriver:
 
     ``resolver``: how claims are resolved (driver name, node, tenant policy, device lookup,
     IPAMClaim reader).  ``source_path(namespace, name)``: the manifest file a claim came from,
-    recorded with it (clusterless use).
+    recorded with it (clusterless use).  ``commit_observer``: told of every group commit (the
+    service's metrics).
     """
 
     resolver: Resolver
     source_path: Callable[[str, str], str | None] | None = None
     workers: BatchWorkers = field(default_factory=BatchWorkers)
+    commit_observer: CommitObserver | None = None
     _commits: GroupCommit = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._commits = GroupCommit(self.resolver.state)
+        self._commits = GroupCommit(self.resolver.state, self.commit_observer)
 
     def prepare_claims(self, claims: list[Claim]) -> dict[str, PrepareResult]:
         """Claim UID -> result; the batch's records are written in one group commit."""
@@ -80,14 +82,18 @@ def network_plugin(
     claims: ClaimSource,
     source_path: Callable[[str, str], str | None] | None = None,
     observer: Observer | None = None,
+    commit_observer: CommitObserver | None = None,
     gate: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> tuple[KubeletPluginHelper, NetworkDriver]:
     """The helper in front of dracni's network driver, sharing one pool of batch workers: what
     the service, ``dracni prepare`` and ``dracni unprepare`` run.  The helper checks claims
     against the resolver's driver name and node; ``gate`` serializes the driver's calls with
-    another instance's (``kubelet/instances.py``)."""
+    another instance's (``kubelet/instances.py``); ``observer`` and ``commit_observer`` are
+    told of every call and every group commit."""
     workers = BatchWorkers()
-    network = NetworkDriver(resolver=resolver, source_path=source_path, workers=workers)
+    network = NetworkDriver(
+        resolver=resolver, source_path=source_path, workers=workers, commit_observer=commit_observer
+    )
     helper = KubeletPluginHelper(
         claims=claims,
         driver=network,

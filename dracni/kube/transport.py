@@ -19,7 +19,8 @@ library.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -34,6 +35,11 @@ from .client_modules import import_client
 import_client()  # before any other kubernetes import: see client_modules
 from kubernetes.client.configuration import Configuration  # noqa: E402
 from kubernetes.client.rest import should_bypass_proxies  # noqa: E402
+
+#: ``KubeClient.on_request(method, resource, waited, seconds)``: one request's verb, its
+#: resource (``resourceclaims``, ``resourceclaims/status``), the seconds it waited for a free
+#: connection and the seconds it took in all, that wait included.
+RequestObserver = Callable[[str, str, float, float], None]
 
 REQUEST_TIMEOUT = 30
 #: Connections kept open to the API server (the service's concurrent calls at most).
@@ -91,6 +97,8 @@ class KubeClient:
         self._lock = threading.Lock()
         self._closed = False
         self._target = _Target.of(configuration)
+        #: told of every request but a watch (the service's metrics); None: nobody
+        self.on_request: RequestObserver | None = None
 
     @property
     def user_agent(self) -> str:
@@ -298,14 +306,24 @@ def call(
     """One request; its answer decoded (``{}`` for an empty one)."""
     path = resource.path(namespace, name, subresource)
     chunks: list[bytes] = []
-    with api_client.handle() as handle:
-        api_client.prepare(handle, method, path, query, body, content_type, REQUEST_TIMEOUT)
-        handle.setopt(pycurl.WRITEFUNCTION, chunks.append)
-        try:
-            handle.perform()
-        except pycurl.error as exc:  # connection refused, timeouts, TLS: the server is unreachable
-            raise _unreachable(exc) from None
-        status = handle.getinfo(pycurl.RESPONSE_CODE)
+    observe = api_client.on_request
+    started = time.monotonic()
+    connected: float | None = None
+    try:
+        with api_client.handle() as handle:
+            connected = time.monotonic()
+            api_client.prepare(handle, method, path, query, body, content_type, REQUEST_TIMEOUT)
+            handle.setopt(pycurl.WRITEFUNCTION, chunks.append)
+            try:
+                handle.perform()
+            except pycurl.error as exc:  # connection refused, timeouts, TLS: the server is unreachable
+                raise _unreachable(exc) from None
+            status = handle.getinfo(pycurl.RESPONSE_CODE)
+    finally:
+        if observe is not None:
+            ended = time.monotonic()
+            what = resource.plural + ("/" + subresource if subresource else "")
+            observe(method, what, (connected or ended) - started, ended - started)
     data = b"".join(chunks)
     if not 200 <= status <= 299:
         raise _status_error(status, data)

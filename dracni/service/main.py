@@ -92,7 +92,7 @@ class Service:
         from ..state.store import StateDir
         from .events import ServiceEvents
         from .health_server import HealthServer
-        from .observer import ServiceObserver
+        from .observer import CommitMetrics, ServiceObserver, observe_request
         from .status_publisher import StatusPublisher
 
         self.opts = opts
@@ -106,6 +106,7 @@ class Service:
         self.marks = InstanceMarks(data_dir, opts.instance, opts.registry_dir, opts.driver) if opts.instance else None
         self.state = StateDir(opts.state_dir)
         self.api = KubeApi(load_api_client(opts.kubeconfig, node=opts.node))
+        self.api.api_client.on_request = observe_request
         #: Warning Events on pods and claims (failed ADD, failed prepare, unhealthy device, IPAMClaim)
         self.recorder = EventRecorder(self.api, controller=opts.driver, instance=f"{opts.driver}-{opts.node}")
         self.events = ServiceEvents(self.recorder)
@@ -170,6 +171,7 @@ class Service:
             resolver,
             claims=self.claims,
             observer=ServiceObserver(self.events),
+            commit_observer=CommitMetrics(),
             gate=self.gate.held,
         )
         #: pods that join a claim kubelet already prepared here (it prepares a claim only once);

@@ -6,6 +6,11 @@ NodeUnprepareResources, with every claim's answer; the service counts the claims
 (``dracni/metrics.py``) and puts a ``PrepareFailed`` Warning Event on each claim that failed
 to prepare (``service/events.py``).
 Logging each failure is the helper's job, not this one's.
+
+Where a slow call's time went is measured beside it: every API request (``observe_request``,
+the API client's ``on_request``) and every group commit of the state dir (``CommitMetrics``),
+so that an operator can tell a loaded API server, too few connections to it, and a slow disk
+apart (``make bench`` (h) prints the same figures for its burst).
 """
 
 from __future__ import annotations
@@ -13,7 +18,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ..metrics import PREPARE_SECONDS, PREPARES, UNPREPARE_SECONDS, UNPREPARES
+from ..metrics import (
+    API_CONNECTION_WAIT_SECONDS,
+    API_REQUEST_SECONDS,
+    COMMIT_BATCH_CALLS,
+    COMMIT_LOCK_SECONDS,
+    COMMIT_SECONDS,
+    PREPARE_SECONDS,
+    PREPARES,
+    UNPREPARE_SECONDS,
+    UNPREPARES,
+)
 
 if TYPE_CHECKING:
     from ..kubelet.driver import ClaimRef, PrepareResult
@@ -37,3 +52,21 @@ class ServiceObserver:
         for error in errors.values():
             UNPREPARES.labels(result="error" if error else "ok").inc()
         UNPREPARE_SECONDS.observe(seconds)
+
+
+def observe_request(verb: str, resource: str, waited: float, seconds: float) -> None:
+    """``KubeClient.on_request``: ``dracni_api_request_seconds``, and the part of it spent
+    waiting for a free connection in ``dracni_api_connection_wait_seconds`` (0 but in a burst)."""
+    API_REQUEST_SECONDS.labels(verb, resource).observe(seconds)
+    API_CONNECTION_WAIT_SECONDS.observe(waited)
+
+
+class CommitMetrics:
+    """``claims.commits.CommitObserver``: the state dir's group commits as metrics."""
+
+    def observe_batch(self, calls: int, held: float) -> None:
+        COMMIT_BATCH_CALLS.observe(calls)
+        COMMIT_LOCK_SECONDS.observe(held)
+
+    def observe_commit(self, seconds: float) -> None:
+        COMMIT_SECONDS.observe(seconds)

@@ -286,6 +286,20 @@ def test_health_and_metrics(lab, api, service, kubelet):
     metrics = service.metrics()
     assert 'dracni_prepare_claims_total{result="ok"} 1.0' in metrics
     assert "dracni_status_outbox_pending" in metrics and "dracni_resourceslice_writes_total" in metrics
+    # where a prepare's time went: the claim's GET and the state dir's group commit
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+    }
+    claim_gets = (("resource", "resourceclaims"), ("verb", "GET"))
+    assert samples[("dracni_api_request_seconds_count", claim_gets)] >= 1
+    assert samples[("dracni_api_connection_wait_seconds_count", ())] >= 1
+    assert samples[("dracni_state_commit_seconds_count", ())] >= 1
+    assert samples[("dracni_state_commit_batch_calls_sum", ())] >= 1
+    assert samples[("dracni_state_commit_lock_seconds_count", ())] >= 1
 
 
 def test_a_device_that_goes_unhealthy_is_an_event_on_its_pods_and_claims(lab, api, service, kubelet):

@@ -16,7 +16,10 @@ behaviour under a burst, with the frozen bundle against the test API server.
     API server answered the burst's last claim GET and how long it took over each (its own
     timestamps, ``RecordedRequest.received``/``answered``), so the p99 splits into the GETs and the
     service's tail after them; and the CPU the service and the bench's own process (the test API
-    server and the kubelet's threads share it) used in the burst, against the machine's CPUs.
+    server and the kubelet's threads share it) used in the burst, against the machine's CPUs; and
+    the same burst by the service's own metrics, scraped before and after it (``bench_burst.py
+    service_waits``): a claim GET with its wait for a free connection, a call's group commit with
+    the one ahead of it, the commits' count and size and how long they held the state lock.
     Each figure is the median of 5 bursts (``BENCH_BURSTS``).  Beside the p99, the floor under
     it: the test API server alone answering the burst's claim GETs, without dracni
     (``tests/tools/bench_api_floor.py``).
@@ -48,10 +51,11 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 from dracni.kube.transport import CONNECTIONS
 from tests.harness import Lab
-from tests.tools.bench_burst import burst, claim_gets
+from tests.tools.bench_burst import ServiceWaits, burst, claim_gets, metric_samples, service_waits
 from tests.tools.bench_process import context_switches, cpu_ms, reference_loop_ms, rss_mib
 
 NODES = 20
@@ -210,6 +214,19 @@ def _alone(kubelet, claims) -> tuple[list[float], list[float]]:
     return single_prepare, single_unprepare
 
 
+class _Burst(NamedTuple):
+    """One burst of prepares and the burst of unprepares after it."""
+
+    prepares: list[float]  # seconds, one per pod
+    unprepares: list[float]
+    service_cpu: float  # ms, in the prepares
+    wall: float  # ms, the prepares
+    switches: list[int]  # voluntary, involuntary
+    gets: tuple[float, float]  # claim_gets: the last answered (ms after the start), ms per GET
+    bench_cpu: float  # ms, this process in the prepares
+    waits: ServiceWaits
+
+
 #: Bursts run, one after the other, for each figure of (h); the median one is reported
 #: (``BENCH_BURSTS``: more, for comparing two builds on this VM, whose speed wanders).
 BURSTS = int(os.environ.get("BENCH_BURSTS", "5"))
@@ -222,8 +239,9 @@ def _report(
     figures (this 2-core VM's timings wander by a third from one burst to the next)."""
     one_p, one_u = (statistics.median(samples) * 1000 for samples in alone)
     one_p99, one_u99 = (percentile_ms(samples, 0.99) for samples in alone)
-    runs = []
+    runs: list[_Burst] = []
     for _ in range(BURSTS):
+        metrics_before = metric_samples(service.metrics())
         switches_before = context_switches(service.proc.pid)
         cpu_before, wall_before = cpu_ms(service.proc.pid), time.perf_counter()
         bench_cpu_before = cpu_ms(os.getpid())
@@ -233,17 +251,18 @@ def _report(
         cpu_prepare = cpu_ms(service.proc.pid) - cpu_before
         wall_prepare = (time.perf_counter() - wall_before) * 1000
         switches = [b - a for a, b in zip(switches_before, context_switches(service.proc.pid), strict=True)]
+        waits = service_waits(metrics_before, metric_samples(service.metrics()))
         unprepares, _ = burst(pods, kubelet.unprepare)
-        runs.append((prepares, unprepares, cpu_prepare, wall_prepare, switches, gets, bench_cpu))
+        runs.append(_Burst(prepares, unprepares, cpu_prepare, wall_prepare, switches, gets, bench_cpu, waits))
 
     def median_of(figure) -> float:
         return statistics.median(figure(run) for run in runs)
 
-    p50_p = median_of(lambda r: percentile_ms(r[0], 0.5))
-    p99_p = median_of(lambda r: percentile_ms(r[0], 0.99))
-    p50_u = median_of(lambda r: percentile_ms(r[1], 0.5))
-    p99_u = median_of(lambda r: percentile_ms(r[1], 0.99))
-    per_claim = [run[2] / (2 * BURST_PODS) for run in runs]
+    p50_p = median_of(lambda r: percentile_ms(r.prepares, 0.5))
+    p99_p = median_of(lambda r: percentile_ms(r.prepares, 0.99))
+    p50_u = median_of(lambda r: percentile_ms(r.unprepares, 0.5))
+    p99_u = median_of(lambda r: percentile_ms(r.unprepares, 0.99))
+    per_claim = [run.service_cpu / (2 * BURST_PODS) for run in runs]
     cpu = statistics.median(per_claim)
     print(title)
     print(
@@ -258,14 +277,26 @@ def _report(
             f"    the test API server alone answers the burst's {2 * BURST_PODS} claim GETs over {CONNECTIONS} connections in "
             f"{floor:.0f} ms = {floor / one_p:.1f}x one pod alone (no dracni: the burst's floor, tests/tools/bench_api_floor.py)"
         )
-    gets_end, get_ms = median_of(lambda r: r[5][0]), median_of(lambda r: r[5][1])
-    tail = median_of(lambda r: percentile_ms(r[0], 0.99) - r[5][0])
+    gets_end, get_ms = median_of(lambda r: r.gets[0]), median_of(lambda r: r.gets[1])
+    tail = median_of(lambda r: percentile_ms(r.prepares, 0.99) - r.gets[0])
     print(
         f"    the burst's claim GETs as the test API server saw them: the last answered {gets_end:.0f} ms after the "
         f"burst began, {tail:.0f} ms before the p99 call ended (the service's tail: resolve, commit, answer); "
         f"each took it {get_ms:.1f} ms (p50; {LATENCY * 1000:.0f} ms of it the set latency)"
     )
-    wall, service_cpu, bench_cpu = (median_of(lambda r, i=i: r[i]) for i in (3, 2, 6))
+    print(
+        f"    the same burst by the service's own metrics (dracni_api_*, dracni_state_commit_*): a claim GET took it "
+        f"{median_of(lambda r: r.waits.claim_get_ms):.1f} ms, {median_of(lambda r: r.waits.connection_wait_ms):.1f} ms "
+        f"of a request waiting for one of its {CONNECTIONS} connections; a call's group commit "
+        f"{median_of(lambda r: r.waits.commit_ms):.1f} ms, the one ahead included, in "
+        f"{median_of(lambda r: r.waits.commits):.0f} commits of {median_of(lambda r: r.waits.calls_per_commit):.1f} "
+        f"calls, which held the state lock {median_of(lambda r: r.waits.lock_held_ms):.0f} ms of the burst"
+    )
+    wall, service_cpu, bench_cpu = (
+        median_of(lambda r: r.wall),
+        median_of(lambda r: r.service_cpu),
+        median_of(lambda r: r.bench_cpu),
+    )
     print(
         f"    CPU in the burst of prepares: the service {service_cpu:.0f} ms, the bench's own process (the test "
         f"API server, the kubelet's threads) {bench_cpu:.0f} ms, in {wall:.0f} ms: "
@@ -275,12 +306,12 @@ def _report(
     print(
         f"    CPU per claim in the burst of prepares: {cpu:.2f} ms   goal <= 1.0  {'OK' if cpu <= 1.0 else 'MISSED'}  "
         f"(the {BURSTS} bursts: {', '.join(f'{c:.2f}' for c in per_claim)}; a burst took "
-        f"{median_of(lambda r: r[3]):.0f} ms)"
+        f"{median_of(lambda r: r.wall):.0f} ms)"
     )
     claims = 2 * BURST_PODS
     print(
-        f"    context switches per claim in the burst of prepares: {median_of(lambda r: r[4][0]) / claims:.1f} "
-        f"voluntary, {median_of(lambda r: r[4][1]) / claims:.1f} involuntary (thread hand-overs and I/O waits)"
+        f"    context switches per claim in the burst of prepares: {median_of(lambda r: r.switches[0]) / claims:.1f} "
+        f"voluntary, {median_of(lambda r: r.switches[1]) / claims:.1f} involuntary (thread hand-overs and I/O waits)"
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 
@@ -296,3 +297,61 @@ def test_a_batch_opens_no_record_that_its_directory_listing_lacks(state, monkeyp
     assert [os.path.basename(p) for p in opened if p.endswith(".json")] == ["old.json"]
     assert state.read_claim("new")["uid"] == "new"
     assert state.pod_claim_uids("pod-1", None, None) == ["old"]
+
+
+class Observed:
+    """A ``CommitObserver`` that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[int, float]] = []
+        self.commits: list[float] = []
+
+    def observe_batch(self, calls: int, held: float) -> None:
+        self.batches.append((calls, held))
+
+    def observe_commit(self, seconds: float) -> None:
+        self.commits.append(seconds)
+
+
+def test_the_observer_is_told_each_batch_and_each_call(state):
+    """Five calls, four of them waiting behind the first one's batch: two batches (1 and 4
+    calls), five commits; the first call's own commit lasted as long as its work held it."""
+    observed = Observed()
+    commits = GroupCommit(state, observed)
+    release = threading.Event()
+
+    def first(s: StateDir) -> None:
+        release.wait(10)
+        time.sleep(0.05)
+        s.put_claims([claim("first")])
+
+    threads = [threading.Thread(target=commits.run, args=(first,))]
+    threads[0].start()
+    while not commits._leading:
+        threading.Event().wait(0.001)
+    for uid in ("u1", "u2", "u3", "u4"):
+        work = lambda s, uid=uid: s.put_claims([claim(uid, pod=f"pod-{uid}")])  # noqa: E731
+        threads.append(threading.Thread(target=commits.run, args=(work,)))
+        threads[-1].start()
+    while len(commits._queue) < 4:
+        threading.Event().wait(0.001)
+    release.set()
+    for t in threads:
+        t.join(10)
+
+    assert [calls for calls, _ in observed.batches] == [1, 4]
+    assert observed.batches[0][1] >= 0.05  # the first batch held the lock through its work
+    assert len(observed.commits) == 5 and all(seconds >= 0.05 for seconds in observed.commits)
+
+
+def test_a_batch_that_cannot_be_written_is_observed_too(state):
+    observed = Observed()
+    commits = GroupCommit(state, observed)
+
+    def work(s: StateDir) -> None:
+        s.put_claims([claim("a")])
+        s._write(os.path.join(s.root, "missing", "x.json"), {"kind": "StatusOutbox"})  # no such dir
+
+    with pytest.raises(StateError, match="cannot write state records"):
+        commits.run(work)
+    assert [calls for calls, _ in observed.batches] == [1] and len(observed.commits) == 1
