@@ -92,7 +92,7 @@ class GroupCommit:
         """Apply the waiting calls' batch, then hand the lead to the next batch's first call."""
         with self._mutex:
             batch, self._queue = self._queue, []
-        acquired: float | None = None
+        acquired: float | None = None  # when the lock was taken (None: it was not)
         try:
             with self.state.locked():
                 acquired = time.monotonic()
@@ -113,8 +113,7 @@ class GroupCommit:
                 waiting.error = waiting.error or exc
                 _finish(waiting)
             raise
-        if self.observer is not None and acquired is not None:
-            self.observer.observe_batch(len(batch), time.monotonic() - acquired)
+        held = time.monotonic() - acquired if acquired is not None else None
         for waiting in batch:
             _finish(waiting)
         with self._mutex:
@@ -122,6 +121,8 @@ class GroupCommit:
                 self._queue[0].woken.set()
             else:
                 self._leading = False
+        if self.observer is not None and held is not None:  # last: the calls and the next lead go first
+            self.observer.observe_batch(len(batch), held)
 
 
 def _finish(waiting: _Waiting[object]) -> None:
