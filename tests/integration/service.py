@@ -26,6 +26,22 @@ DRIVER = "dracni.io"
 NODE = "node-a"
 
 
+#: One sample of a metrics text: its name and its labels, sorted.
+Sample = tuple[str, tuple[tuple[str, str], ...]]
+
+
+def metric_samples(text: str) -> dict[Sample, float]:
+    """Every sample of a Prometheus text exposition (the service's ``/metrics``), parsed by
+    prometheus_client's own parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -138,6 +154,10 @@ class ServiceProcess:
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/metrics", timeout=2) as r:
             return r.read().decode()
+
+    def samples(self) -> dict[Sample, float]:
+        """``metrics()``, parsed (``metric_samples``)."""
+        return metric_samples(self.metrics())
 
     def wait_ready(self, timeout: float = 20) -> None:
         """Register the plugin with ``kubelet`` once its socket appears, then wait for /readyz.

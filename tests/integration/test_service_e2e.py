@@ -287,13 +287,7 @@ def test_health_and_metrics(lab, api, service, kubelet):
     assert 'dracni_prepare_claims_total{result="ok"} 1.0' in metrics
     assert "dracni_status_outbox_pending" in metrics and "dracni_resourceslice_writes_total" in metrics
     # where a prepare's time went: the claim's GET and the state dir's group commit
-    from prometheus_client.parser import text_string_to_metric_families
-
-    samples = {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(metrics)
-        for sample in family.samples
-    }
+    samples = service.samples()
     claim_gets = (("resource", "resourceclaims"), ("verb", "GET"))
     assert samples[("dracni_api_request_seconds_count", claim_gets)] >= 1
     assert samples[("dracni_api_connection_wait_seconds_count", ())] >= 1

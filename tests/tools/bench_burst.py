@@ -6,7 +6,7 @@ reads the test API server's own timestamps of the burst's claim GETs (``Recorded
 answered, and how long the server took over each.  (h) prints them beside the p99, so that a
 reader can tell the GETs' share of a burst from the service's tail after them.
 ``service_waits`` reads the same burst from the service's side, out of its ``/metrics`` before
-and after (the API requests and the state dir's group commits, ``service/observer.py``).
+and after (``ServiceProcess.samples``) (the API requests and the state dir's group commits, ``service/observer.py``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from prometheus_client.parser import text_string_to_metric_families
+if TYPE_CHECKING:
+    from tests.integration.service import Sample
 
 
 def burst(pods, call) -> tuple[list[float], float]:
@@ -53,19 +54,6 @@ def claim_gets(api, began: float) -> tuple[float, float]:
     return (max(r.answered for r in gets) - began) * 1000, statistics.median(
         r.answered - r.received for r in gets
     ) * 1000
-
-
-#: One sample of a metrics text: its name and its labels, sorted.
-Sample = tuple[str, tuple[tuple[str, str], ...]]
-
-
-def metric_samples(text: str) -> dict[Sample, float]:
-    """Every sample of a Prometheus text exposition (the service's ``/metrics``)."""
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 class ServiceWaits(NamedTuple):

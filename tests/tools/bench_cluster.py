@@ -55,7 +55,7 @@ from typing import NamedTuple
 
 from dracni.kube.transport import CONNECTIONS
 from tests.harness import Lab
-from tests.tools.bench_burst import ServiceWaits, burst, claim_gets, metric_samples, service_waits
+from tests.tools.bench_burst import ServiceWaits, burst, claim_gets, service_waits
 from tests.tools.bench_process import context_switches, cpu_ms, reference_loop_ms, rss_mib
 
 NODES = 20
@@ -241,7 +241,7 @@ def _report(
     one_p99, one_u99 = (percentile_ms(samples, 0.99) for samples in alone)
     runs: list[_Burst] = []
     for _ in range(BURSTS):
-        metrics_before = metric_samples(service.metrics())
+        metrics_before = service.samples()
         switches_before = context_switches(service.proc.pid)
         cpu_before, wall_before = cpu_ms(service.proc.pid), time.perf_counter()
         bench_cpu_before = cpu_ms(os.getpid())
@@ -251,7 +251,7 @@ def _report(
         cpu_prepare = cpu_ms(service.proc.pid) - cpu_before
         wall_prepare = (time.perf_counter() - wall_before) * 1000
         switches = [b - a for a, b in zip(switches_before, context_switches(service.proc.pid), strict=True)]
-        waits = service_waits(metrics_before, metric_samples(service.metrics()))
+        waits = service_waits(metrics_before, service.samples())
         unprepares, _ = burst(pods, kubelet.unprepare)
         runs.append(_Burst(prepares, unprepares, cpu_prepare, wall_prepare, switches, gets, bench_cpu, waits))
 
