@@ -29,7 +29,7 @@ class CurlTarget:
     options: tuple[tuple[int, Any], ...]
 
     @classmethod
-    def of(cls, configuration: Configuration, *, connect_timeout: float) -> CurlTarget:
+    def of(cls, configuration: Configuration, *, connect_timeout: int) -> CurlTarget:
         host = configuration.host.rstrip("/")
         options: list[tuple[int, Any]] = [
             (pycurl.NOSIGNAL, 1),  # threads: no SIGALRM for name resolution timeouts
