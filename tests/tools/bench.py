@@ -12,8 +12,9 @@ kubelet plugin service running against the test API server:
     median and p90, interleaved rounds: bridge alone, bridge + dracni as a pass-through (a pod
     without claims), bridge + dracni with one macvlan claim; dracni's added cost in ms and %;
 (g) and (h), the service's API load and a burst of pod starts, with and without an address pool:
-    ``tests/tools/bench_cluster.py``; (j) and (k), requests per pool allocation and the
-    reservations-or-blocks design measurement: ``tests/tools/bench_pools.py``;
+    ``tests/tools/bench_cluster.py`` and ``tests/tools/bench_burst.py``; (j) and (k), requests
+    per pool allocation and the reservations-or-blocks design measurement:
+    ``tests/tools/bench_pools.py``;
 (i) 15 pods sharing eth1 (15 claims, one shareID each): the ADD of the 15th pod against the
     first, interleaved per round (no growth with the attachments already on the parent).
 
@@ -398,7 +399,8 @@ def bundle_startup() -> None:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--inner":
-        from tests.tools.bench_cluster import api_load_bench, burst_bench
+        from tests.tools.bench_burst import burst_bench
+        from tests.tools.bench_cluster import api_load_bench
         from tests.tools.bench_pools import pools_bench
 
         if ONLY in ("burst", "profile"):

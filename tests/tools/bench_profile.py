@@ -2,7 +2,7 @@
 per claim, so that the next person can repeat the measurement behind issue 25.
 
 The service runs from the source tree under ``tests/tools/profiled_service.py`` (yappi for CPU,
-tracemalloc for memory), against the same test API server and fake kubelet as (h): 100 pods x
+tracemalloc for memory), against the same test API server and kubelet calls as (h): 100 pods x
 2 claims prepared at once, then unprepared, at 20 ms API latency.  One burst is profiled for
 CPU, another for memory (the two profilers would distort each other).  Printed:
 
@@ -27,6 +27,7 @@ from collections import Counter
 from pathlib import Path
 
 from tests.harness import REPO, Lab
+from tests.tools.bench_kubelet import KubeletCalls
 
 #: (area, path fragments of the files whose code counts to it), first match wins.
 AREAS = (
@@ -65,11 +66,9 @@ def _signal_and_wait(pid: int, signum: int, marker: Path, timeout: float = 120.0
         time.sleep(0.05)
 
 
-def _burst_both(kubelet, pods) -> None:
-    from tests.tools.bench_burst import burst
-
-    burst(pods, kubelet.prepare)
-    burst(pods, kubelet.unprepare)
+def _burst_both(kubelet: KubeletCalls, pods) -> None:
+    kubelet.calls("NodePrepareResources", pods, at_once=True)
+    kubelet.calls("NodeUnprepareResources", pods, at_once=True)
 
 
 def _own_time_by_area(stats: pstats.Stats) -> Counter[str]:
@@ -145,8 +144,8 @@ def alloc_report(report_file: Path, claims: int) -> None:
 
 
 def profile_bench(base: str) -> None:
-    """See the module docstring; the state dir on (h)'s journaled ext4 (``bench_cluster.node_disk``)."""
-    from tests.tools.bench_cluster import node_disk
+    """See the module docstring; the state dir on (h)'s journaled ext4 (``bench_burst.node_disk``)."""
+    from tests.tools.bench_burst import node_disk
 
     with node_disk(Path(base) / "profile-disk") as (disk, what):
         print(f"(h) profiled, the state dir on {what}:")
@@ -155,7 +154,7 @@ def profile_bench(base: str) -> None:
 
 def _profile_bench(base: str, disk: Path) -> None:
     from tests.integration.service import FakeApiServer, ServiceProcess, macvlan_params
-    from tests.tools.bench_cluster import BURST_PODS, LATENCY, _alone, _claims
+    from tests.tools.bench_burst import BURST_PODS, LATENCY, _alone, _claims
     from tests.tools.bench_pools import reservation_crd
     from tests.tools.bench_process import cpu_ms
 
@@ -164,7 +163,7 @@ def _profile_bench(base: str, disk: Path) -> None:
     api = FakeApiServer(Path(base) / "apiserver-profile", crds=[reservation_crd()], tls=True).start()
     api.add_node("node-a")
     lab = Lab(base=disk / "profile-lab", nics=("eth1",))
-    service = None
+    service = kubelet = None
     saved = os.environ.get("DRACNI_PROFILE_DIR")
     os.environ["DRACNI_PROFILE_DIR"] = str(out)
     try:
@@ -173,20 +172,22 @@ def _profile_bench(base: str, disk: Path) -> None:
             lab, api, program=(sys.executable, "-m", "tests.tools.profiled_service"), in_cluster=True
         )  # as (h): in-cluster, HTTPS
         service.start()
+        plugin = service.kubelet.plugin()
+        kubelet = KubeletCalls(plugin.endpoint, plugin.service)  # as (h): kubelet's calls from a process of their own
         api.latency = LATENCY
-        _alone(service.kubelet, pods[0])
-        _burst_both(service.kubelet, pods)  # warm: threads started, lazy imports done
+        _alone(kubelet, pods[0])
+        _burst_both(kubelet, pods)  # warm: threads started, lazy imports done
         claims = 2 * BURST_PODS
         print(f"    {BURST_PODS} pods x 2 claims prepared at once and unprepared, the service from the source tree:")
         pid = service.proc.pid
         _signal_and_wait(pid, signal.SIGUSR1, out / "cpu.started")
         before = cpu_ms(pid)
-        _burst_both(service.kubelet, pods)
+        _burst_both(kubelet, pods)
         spent = cpu_ms(pid) - before
         _signal_and_wait(pid, signal.SIGUSR1, out / "cpu.done")
         cpu_report(out / "cpu.pstat", spent, claims)
         _signal_and_wait(pid, signal.SIGUSR2, out / "alloc.started")
-        _burst_both(service.kubelet, pods)
+        _burst_both(kubelet, pods)
         _signal_and_wait(pid, signal.SIGUSR2, out / "alloc.done")
         alloc_report(out / "alloc.json", claims)
     finally:
@@ -195,6 +196,8 @@ def _profile_bench(base: str, disk: Path) -> None:
         else:
             os.environ["DRACNI_PROFILE_DIR"] = saved
         api.latency = 0.0
+        if kubelet:
+            kubelet.close()
         if service:
             service.close()
         api.close()
