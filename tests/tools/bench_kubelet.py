@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from functools import partial
 from typing import Any
@@ -84,30 +85,36 @@ class KubeletCalls:
         self.close()
 
 
-def _call(api: Any, method: str, stub: Any, claims: list[ClaimTuple], raise_on_error: bool = True) -> None:
-    """One call of ``method`` for one pod's ``claims``; raises when a claim is left out or failed."""
-    message = getattr(api, method + "Request")
-    answer = stub(
-        message(claims=[api.Claim(namespace=ns, uid=uid, name=name) for ns, uid, name in claims]),
-        timeout=CALL_TIMEOUT,
+def _request(api: Any, method: str, claims: list[ClaimTuple]) -> Any:
+    return getattr(api, method + "Request")(
+        claims=[api.Claim(namespace=ns, uid=uid, name=name) for ns, uid, name in claims]
     )
+
+
+def _check(claims: list[ClaimTuple], answer: Any) -> None:
+    """Raise when the answer left a claim out or failed one (kubelet fails the pod then)."""
     for ns, uid, name in claims:
         if uid not in answer.claims:
             raise RuntimeError(f"no answer for claim {ns}/{name}")
-        if raise_on_error and answer.claims[uid].error:
+        if answer.claims[uid].error:
             raise RuntimeError(f"claim {ns}/{name}: {answer.claims[uid].error}")
+
+
+def _in_turn(api: Any, method: str, stub: Any, pods: list[list[ClaimTuple]]) -> tuple[list[float], float]:
+    """Each pod's call after the one before: the seconds each took, and when the first was sent."""
+    seconds, began = [], time.perf_counter()
+    for claims in pods:
+        started = time.perf_counter()
+        _check(claims, stub(_request(api, method, claims), timeout=CALL_TIMEOUT))
+        seconds.append(time.perf_counter() - started)
+    return seconds, began
 
 
 def _at_once(api: Any, method: str, stub: Any, pods: list[list[ClaimTuple]]) -> tuple[list[float], float]:
     """Every pod's call in flight at once, sent from this one thread as futures (kubelet's calls
-    are goroutines; threads of their own cost this process 50 ms of CPU a burst, measured): the
+    are goroutines; a thread a call cost this process 40-50 ms of CPU a burst, measured): the
     seconds each took, to the callback that saw it end, and when the first was sent."""
-    import threading
-
-    message = getattr(api, method + "Request")
-    requests = [
-        message(claims=[api.Claim(namespace=ns, uid=uid, name=name) for ns, uid, name in claims]) for claims in pods
-    ]
+    requests = [_request(api, method, claims) for claims in pods]
     ended: dict[int, float] = {}
     all_done = threading.Event()
     lock = threading.Lock()
@@ -127,12 +134,7 @@ def _at_once(api: Any, method: str, stub: Any, pods: list[list[ClaimTuple]]) -> 
         futures.append(future)
     all_done.wait(CALL_TIMEOUT + 10)
     for claims, future in zip(pods, futures, strict=True):
-        answer = future.result(timeout=0)
-        for ns, uid, name in claims:
-            if uid not in answer.claims:
-                raise RuntimeError(f"no answer for claim {ns}/{name}")
-            if answer.claims[uid].error:
-                raise RuntimeError(f"claim {ns}/{name}: {answer.claims[uid].error}")
+        _check(claims, future.result(timeout=0))  # a call that failed or never ended raises here
     return [ended[i] - sent[i] for i in range(len(requests))], began
 
 
@@ -147,16 +149,9 @@ def _main(endpoint: str, service: str) -> None:
         print("ready", flush=True)
         for line in sys.stdin:
             request = json.loads(line)
-            call = partial(_call, api, request["method"], stubs[request["method"]])
+            send = _at_once if request["at_once"] else _in_turn
             try:
-                if request["at_once"]:
-                    seconds, began = _at_once(api, request["method"], stubs[request["method"]], request["pods"])
-                else:
-                    seconds, began = [], time.perf_counter()
-                    for claims in request["pods"]:
-                        started = time.perf_counter()
-                        call(claims)
-                        seconds.append(time.perf_counter() - started)
+                seconds, began = send(api, request["method"], stubs[request["method"]], request["pods"])
                 reply: dict[str, Any] = {"seconds": seconds, "began": began}
             except Exception as exc:  # a failed call or claim: the bench stops with it
                 reply = {"error": f"{type(exc).__name__}: {exc}"}
