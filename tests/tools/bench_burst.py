@@ -54,7 +54,7 @@ from tests.tools.bench_kubelet import KubeletCalls
 from tests.tools.bench_process import context_switches, cpu_ms, reference_loop_ms, rss_mib
 
 if TYPE_CHECKING:
-    from tests.integration.service import Sample
+    from tests.integration.service import Sample, ServiceProcess
 
 BURST_PODS = 100
 LATENCY = float(os.environ.get("BENCH_API_LATENCY", "0.020"))
@@ -272,6 +272,47 @@ def node_disk(base: Path, size_mib: int = 512) -> Iterator[tuple[Path, str]]:
         shutil.rmtree(mount, ignore_errors=True)
 
 
+class BurstRig:
+    """(h)'s set-up, shared with its profile (``bench_profile.py``): the test API server over
+    HTTPS with the address reservations' CRD and node ``node-a``, the node's lab with ``eth1``;
+    then (``start``, once the claims exist) the service in-cluster as the DaemonSet runs it,
+    kubelet's calls from a process of their own, and the API latency set.  ``close`` stops
+    what was started, in reverse."""
+
+    def __init__(self, api_dir: Path, lab_dir: Path) -> None:
+        from tests.integration.service import FakeApiServer
+        from tests.tools.bench_pools import reservation_crd
+
+        self.api = FakeApiServer(api_dir, crds=[reservation_crd()], tls=True).start()
+        try:
+            self.api.add_node("node-a")
+            self.lab = Lab(base=lab_dir, nics=("eth1",))
+        except BaseException:
+            self.api.close()
+            raise
+        self.service: ServiceProcess | None = None
+        self.kubelet: KubeletCalls | None = None
+
+    def start(self, program: tuple[str, ...] | None = None) -> tuple[ServiceProcess, KubeletCalls]:
+        from tests.integration.service import ServiceProcess
+
+        self.service = ServiceProcess(self.lab, self.api, program=program, in_cluster=True)
+        self.service.start()
+        plugin = self.service.kubelet.plugin()
+        self.kubelet = KubeletCalls(plugin.endpoint, plugin.service)  # kubelet is a process of its own
+        self.api.latency = LATENCY
+        return self.service, self.kubelet
+
+    def close(self) -> None:
+        self.api.latency = 0.0
+        if self.kubelet:
+            self.kubelet.close()
+        if self.service:
+            self.service.close()
+        self.api.close()
+        self.lab.close()
+
+
 def burst_bench(base: str) -> None:
     """(h): see the module docstring."""
     print(f"(h) this machine now: a fixed Python loop takes {reference_loop_ms():.0f} ms of CPU (read (h) against it)")
@@ -280,24 +321,17 @@ def burst_bench(base: str) -> None:
 
 
 def _burst_bench(base: str, disk: Path, disk_what: str) -> None:
-    from tests.integration.service import FakeApiServer, ServiceProcess, macvlan_params
+    from tests.integration.service import macvlan_params
     from tests.tools.bench_api_floor import floor_ms
-    from tests.tools.bench_pools import reservation_crd
 
-    api = FakeApiServer(Path(base) / "apiserver-h", crds=[reservation_crd()], tls=True).start()
-    api.add_node("node-a")
-    lab = Lab(base=disk / "h", nics=("eth1",))
-    service = kubelet = None
+    rig = BurstRig(Path(base) / "apiserver-h", disk / "h")
+    api, lab = rig.api, rig.lab
     try:
         plain = _claims(api, macvlan_params(lab, master="eth1", subnet="10.91.0.0/16", network="bench-h"), "h")
         pooled = _claims(
             api, pool_params(lab, master="eth1", subnet="10.93.0.0/22", network="bench-hp", pool="bench-h"), "hp"
         )
-        service = ServiceProcess(lab, api, in_cluster=True)
-        service.start()
-        plugin = service.kubelet.plugin()
-        kubelet = KubeletCalls(plugin.endpoint, plugin.service)  # kubelet is a process of its own
-        api.latency = LATENCY
+        service, kubelet = rig.start()
         alone = _alone(kubelet, plain[0])
         time.sleep(2.0)
         idle_rss, _ = rss_mib(service.proc.pid)
@@ -333,10 +367,4 @@ def _burst_bench(base: str, disk: Path, disk_what: str) -> None:
             f"{left}; service RSS peak {peak_rss:.1f} MiB"
         )
     finally:
-        api.latency = 0.0
-        if kubelet:
-            kubelet.close()
-        if service:
-            service.close()
-        api.close()
-        lab.close()
+        rig.close()

@@ -26,7 +26,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from tests.harness import REPO, Lab
+from tests.harness import REPO
 from tests.tools.bench_kubelet import KubeletCalls
 
 #: (area, path fragments of the files whose code counts to it), first match wins.
@@ -153,28 +153,18 @@ def profile_bench(base: str) -> None:
 
 
 def _profile_bench(base: str, disk: Path) -> None:
-    from tests.integration.service import FakeApiServer, ServiceProcess, macvlan_params
-    from tests.tools.bench_burst import BURST_PODS, LATENCY, _alone, _claims
-    from tests.tools.bench_pools import reservation_crd
+    from tests.integration.service import macvlan_params
+    from tests.tools.bench_burst import BURST_PODS, BurstRig, _alone, _claims
     from tests.tools.bench_process import cpu_ms
 
     out = Path(base) / "profile"
     out.mkdir(parents=True)
-    api = FakeApiServer(Path(base) / "apiserver-profile", crds=[reservation_crd()], tls=True).start()
-    api.add_node("node-a")
-    lab = Lab(base=disk / "profile-lab", nics=("eth1",))
-    service = kubelet = None
+    rig = BurstRig(Path(base) / "apiserver-profile", disk / "profile-lab")  # as (h)
     saved = os.environ.get("DRACNI_PROFILE_DIR")
     os.environ["DRACNI_PROFILE_DIR"] = str(out)
     try:
-        pods = _claims(api, macvlan_params(lab, master="eth1", subnet="10.94.0.0/16", network="bench-p"), "p")
-        service = ServiceProcess(
-            lab, api, program=(sys.executable, "-m", "tests.tools.profiled_service"), in_cluster=True
-        )  # as (h): in-cluster, HTTPS
-        service.start()
-        plugin = service.kubelet.plugin()
-        kubelet = KubeletCalls(plugin.endpoint, plugin.service)  # as (h): kubelet's calls from a process of their own
-        api.latency = LATENCY
+        pods = _claims(rig.api, macvlan_params(rig.lab, master="eth1", subnet="10.94.0.0/16", network="bench-p"), "p")
+        service, kubelet = rig.start(program=(sys.executable, "-m", "tests.tools.profiled_service"))
         _alone(kubelet, pods[0])
         _burst_both(kubelet, pods)  # warm: threads started, lazy imports done
         claims = 2 * BURST_PODS
@@ -195,10 +185,4 @@ def _profile_bench(base: str, disk: Path) -> None:
             os.environ.pop("DRACNI_PROFILE_DIR", None)
         else:
             os.environ["DRACNI_PROFILE_DIR"] = saved
-        api.latency = 0.0
-        if kubelet:
-            kubelet.close()
-        if service:
-            service.close()
-        api.close()
-        lab.close()
+        rig.close()
