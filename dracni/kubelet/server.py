@@ -85,9 +85,9 @@ def check_driver_name(driver: str) -> None:
 #: connections (``kube/transport.py CONNECTIONS``): a call waiting for its group commit holds a
 #: worker but no connection, so with more workers than connections the connections stay busy
 #: in a burst of pod starts.  Measured in ``make bench`` (h), 100 pods x 2 claims at once:
-#: prepare p99 9.0-10.1x one pod alone with 64 workers, 10.2-12.5x with 32, the same CPU per
-#: claim; the pool starts its threads only as calls need them.
-DRA_WORKERS = 64
+#: prepare p99 6.5-7.5x one pod alone with 128 workers over 64 connections, 8.0-8.2x with 64
+#: over 32, the same CPU per claim.  The pool starts its threads only as calls need them.
+DRA_WORKERS = 128
 
 
 class DRAPluginServer:

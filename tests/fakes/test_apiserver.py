@@ -7,6 +7,7 @@ so that dracni's own tests can rely on both.
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -1090,3 +1091,25 @@ def test_the_double_imports_nothing_from_dracni():
                 names = [node.module]
             offenders += [f"{module.name}: {n}" for n in names if n == "dracni" or n.startswith("dracni.")]
     assert not offenders, offenders
+
+
+def test_a_kept_alive_connection_idle_past_the_idle_timeout_is_closed(fake):
+    """Go net/http ``Server.IdleTimeout`` (kube-apiserver: 90 s): a connection may wait that
+    long for its next request; requests sooner keep it, one later finds it closed."""
+    fake.idle_timeout = 0.3
+    conn = http.client.HTTPConnection("127.0.0.1", fake.port, timeout=5)
+    headers = {"Authorization": f"Bearer {fake.token}"}
+    try:
+        for _ in range(3):  # 0.1 s apart: under the timeout, one connection throughout
+            conn.request("GET", "/api/v1/namespaces", headers=headers)
+            assert conn.getresponse().read() and fake.open_connections == 1
+            time.sleep(0.1)
+        deadline = time.monotonic() + 5
+        while fake.open_connections and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert fake.open_connections == 0
+        with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
+            conn.request("GET", "/api/v1/namespaces", headers=headers)
+            conn.getresponse()
+    finally:
+        conn.close()

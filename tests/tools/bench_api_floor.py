@@ -1,12 +1,12 @@
 """(h)'s floor: how long the burst's claim GETs take with no dracni, only the test API server,
-over as many connections as the service keeps (``connection_pool_maxsize``, 32).
+over as many connections as the service keeps (``connection_pool_maxsize``, 64).
 
-At most 32 requests are out at once and each waits the bench's 20 ms latency, so the burst's
-200 GETs need 125 ms at the least however fast the service is, and the test API server (Python,
-one process, one GIL) adds its own time to each: measured 158-189 ms, 5.5-6.5x one pod alone.
-(h) prints this floor beside the burst's p99, so that a reader can tell the service's share
-from what the connections and the test double leave.  Over 64 or 100 connections the same
-GETs took 72-208 ms on this VM: the test API server's own throughput is the limit there.
+At most 64 requests are out at once and each waits the bench's 20 ms latency, so the burst's
+200 GETs need 4 rounds, 80 ms, at the least however fast the service is, and the test API
+server (Python, one process, one GIL) adds its own time to each: measured 93-96 ms, about 4x
+one pod alone (over 32 connections 7 rounds, 152 ms; over 100, 68 ms; over 200, 49 ms).  (h)
+prints this floor beside the burst's p99, so that a reader can tell the service's share from
+what the connections and the test double leave.
 
 ``floor_ms`` runs the GETs from a process of their own (not the bench's, whose threads share
 the test API server's GIL), through libcurl's multi interface, the connections kept open

@@ -109,6 +109,11 @@ class Server(ThreadingHTTPServer):
             return super().get_request()
         return accept_tls(self.socket, self.tls)
 
+    @property
+    def open_connections(self) -> int:
+        with self.connections_lock:
+            return len(self.connections)
+
     def cut_connections(self) -> None:
         """Shut every open connection down (a dead API server's clients see their streams end)."""
         with self.connections_lock:
@@ -133,6 +138,20 @@ class Handler(BaseHTTPRequestHandler):
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self.server.connections_lock:
             self.server.connections.add(self.connection)
+        self.served = False
+
+    def handle_one_request(self) -> None:
+        """Go's ``conn.serve``: the first request line waits under the read timeouts (none here),
+        each later one at most the idle timeout, then the connection is closed
+        (``BaseHTTPRequestHandler`` ends it on the ``TimeoutError``)."""
+        if self.served:
+            self.connection.settimeout(self.server.fake.idle_timeout)
+        super().handle_one_request()
+        self.served = True
+
+    def parse_request(self) -> bool:
+        self.connection.settimeout(None)  # a request line came: no longer idle
+        return super().parse_request()
 
     def finish(self) -> None:
         try:
@@ -234,6 +253,10 @@ class HttpFrontend:
     _injected: list[Injected]
     #: seconds every request but a watch waits before it is served (0: none)
     latency: float = 0.0
+    #: seconds a kept-alive connection may wait for its next request before the server closes
+    #: it: Go net/http ``Server.IdleTimeout``, 90 s in kube-apiserver (k8s.io/apiserver
+    #: ``pkg/server/secure_serving.go`` ``SecureServingInfo.Serve``); None: never
+    idle_timeout: float | None = 90.0
 
     def _dispatch(self, handler: Handler) -> None:
         parts = urlsplit(handler.path)

@@ -63,7 +63,7 @@ class FakeApiServer(
     status included), ``get_claim``, ``list_claims``, ``set_claim_allocation`` (the scheduler's
     write; ``None`` deallocates and clears ``status.devices``), ``delete_claim``, ``create_slice``,
     ``get_slice``, ``list_slices``, ``delete_all_slices(node=None, driver=None)`` (kubelet at start),
-    ``compact()``, ``events()``, ``resource_version``, ``fail_next(code, method=, path=, times=)``, ``latency`` (seconds each non-watch request waits),
+    ``compact()``, ``events()``, ``resource_version``, ``fail_next(code, method=, path=, times=)``, ``latency`` (seconds each non-watch request waits), ``idle_timeout`` (kube-apiserver's 90 s: a kept-alive connection idle that long is closed), ``open_connections``,
     ``authorizer`` (``RequestAttributes -> bool``), ``requests``/``requests_to()``/``reset_requests()``,
     ``internal_errors``, ``stop()``/``start()`` (same port, same data), ``close()``.
 
@@ -227,6 +227,11 @@ class FakeApiServer(
     def ca_path(self) -> str | None:
         """The CA file a client trusts the fake by (``tls=True``), None over plain HTTP."""
         return self.serving_cert.ca if self.serving_cert else None
+
+    @property
+    def open_connections(self) -> int:
+        """Client connections open now (0 while stopped)."""
+        return self._server.open_connections if self._server is not None else 0
 
     @property
     def running(self) -> bool:

@@ -6,6 +6,7 @@ streams over TLS."""
 from __future__ import annotations
 
 import base64
+import time
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,21 @@ def test_a_watch_streams_over_tls(fake):
     kind, obj = next(stream)
     stream.close()
     assert kind == "ADDED" and obj["spec"]["nodeName"] == NODE
+
+
+def test_a_connection_the_api_server_closed_while_idle_is_replaced(fake):
+    """kube-apiserver closes a connection idle for 90 s (``IdleTimeout``): the client's next
+    request opens a new one and succeeds, as after a burst of pod starts the connections it
+    opened are closed one by one."""
+    fake.idle_timeout = 0.3
+    api = KubeApi(load_api_client(fake.kubeconfig_path, NODE))
+    assert api.get_node(NODE)["metadata"]["name"] == NODE
+    assert fake.open_connections == 1  # kept open after the request
+    deadline = time.monotonic() + 5
+    while fake.open_connections and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fake.open_connections == 0  # the server closed it
+    fake.reset_requests()
+    assert api.get_node(NODE)["metadata"]["name"] == NODE
+    assert [r.status for r in fake.requests_to("GET", f"/nodes/{NODE}")] == [200]
+    assert fake.open_connections == 1
