@@ -13,13 +13,11 @@ from __future__ import annotations
 import copy
 import json
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any, NotRequired, TypedDict
 
-from dracni import jsonio
 from dracni.paramschema import format_path, schema_problem, show
+from dracni.recent import RecentResults, exact_json_key
 
 API_VERSION_DRACNI = "dracni.io/v1alpha1"
 API_VERSION_CNI_DRA = "cni.networking.x-k8s.io/v1alpha1"
@@ -73,43 +71,6 @@ class ParameterError(ValueError):
         self.reason = reason
 
 
-#: Parameters validated lately (their JSON text -> the result), at most this many.
-VALIDATED_CACHE_SIZE = 128
-
-
-class _Validated:
-    """The results of the last ``VALIDATED_CACHE_SIZE`` parameters that passed, keyed by their
-    JSON text: a DeviceClass's network reaches the node in the allocation of every claim of the
-    class, and the claims of one template carry the same parameters, so in a burst of pod
-    starts most validations are repeats (each ~100 us of the ~600 us a claim costs; a hit is a
-    copy, ~5 us).  Bounded, so it never grows with requests; failures are not kept."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._lock = threading.Lock()
-        self._results: OrderedDict[bytes, DeviceParameters] = OrderedDict()
-
-    def get(self, key: bytes) -> DeviceParameters | None:
-        with self._lock:
-            result = self._results.get(key)
-            if result is None:
-                return None
-            self._results.move_to_end(key)
-        copied: DeviceParameters = _copied(result)
-        return copied
-
-    def put(self, key: bytes, result: DeviceParameters) -> None:
-        kept = _copied(result)
-        with self._lock:
-            self._results[key] = kept
-            self._results.move_to_end(key)
-            while len(self._results) > self.size:
-                self._results.popitem(last=False)
-
-
-_validated = _Validated(VALIDATED_CACHE_SIZE)
-
-
 def _copied(value: Any) -> Any:
     """A copy of JSON data sharing nothing mutable with it (5x faster than ``copy.deepcopy``,
     which also keeps a memo for shared and cyclic references, which JSON data has none of)."""
@@ -122,12 +83,13 @@ def _copied(value: Any) -> Any:
     return value
 
 
-def _cache_key(params: object) -> bytes | None:
-    """``params`` as exact JSON text (NaN and big integers kept apart), None when it has none."""
-    try:
-        return jsonio.dumps(params)
-    except (TypeError, ValueError, RecursionError):  # a lone surrogate, a non-JSON value: validated each time
-        return None
+#: Parameters validated lately (their JSON text -> the result), at most this many: a
+#: DeviceClass's network reaches the node in the allocation of every claim of the class, and the
+#: claims of one template carry the same parameters, so in a burst of pod starts most
+#: validations are repeats (each ~100 us of the ~600 us a claim costs; a hit is a copy, ~5 us).
+#: Failures are not kept.
+VALIDATED_CACHE_SIZE = 128
+_validated: RecentResults[DeviceParameters] = RecentResults(VALIDATED_CACHE_SIZE, copy=_copied)
 
 
 def validate_parameters(params: object, *, where: str = "parameters") -> DeviceParameters:
@@ -138,7 +100,7 @@ def validate_parameters(params: object, *, where: str = "parameters") -> DeviceP
     never modified; the result shares nothing with it.  Parameters seen lately are answered from
     ``_validated`` (the result does not depend on ``where``, which only words errors).
     """
-    key = _cache_key(params) if isinstance(params, dict) else None
+    key = exact_json_key(params) if isinstance(params, dict) else None
     if key is not None:
         cached = _validated.get(key)
         if cached is not None:

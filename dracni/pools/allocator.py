@@ -16,7 +16,9 @@ once (a stride coprime to the pool's size), so
 
 The ledger is this node's reservations (listed with the ``dracni.io/node`` label at start and at
 every reconcile, then kept by our own creates and deletes).  It answers "is this mine" and
-"release this claim's" without a request.
+"release this claim's" without a request, and costs O(the claim) per prepare, not O(the
+node's reservations): it is indexed by claim, and its counts per pool (a metric) are kept as
+it changes instead of being recounted.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -98,13 +100,17 @@ class PoolAllocator:
         self.node = node
         self.node_uid = node_uid
         self._ledger: dict[str, Reservation] = {}
+        #: the ledger by claim UID (claim UID -> name -> reservation)
+        self._by_claim: dict[str, dict[str, Reservation]] = {}
+        #: how many of the ledger's reservations each (pool, family) has; a pool this node
+        #: counted once stays, at 0 when its last reservation is gone
+        self._counts: dict[tuple[str, str], int] = {}
         #: when each ledger entry was made or learned (a counter), so that a reload keeps what
         #: was made while the list was on its way
         self._stamps: dict[str, int] = {}
         self._clock = 0
         self._loaded = False
         self._taken: dict[str, float] = {}
-        self._pools: set[tuple[str, str]] = set()  # (pool, family) this node has counted
         self._lock = threading.Lock()
 
     # -- the ledger ---------------------------------------------------------------------------
@@ -117,10 +123,15 @@ class PoolAllocator:
         mine = [r for r in found if r.node == self.node]
         with self._lock:
             recent = {n: r for n, r in self._ledger.items() if self._stamps.get(n, 0) > started}
-            self._ledger = {r.name: r for r in mine} | recent
+            ledger = {r.name: r for r in mine} | recent
+            self._ledger, self._by_claim = {}, {}
+            self._counts = dict.fromkeys(self._counts, 0)
+            for r in ledger.values():
+                self._put(r)
             self._stamps = {n: s for n, s in self._stamps.items() if n in self._ledger}
             self._loaded = True
-        self._count()
+            counted = list(self._counts)
+        self._publish(counted)
         return mine
 
     def ensure_loaded(self) -> None:
@@ -139,15 +150,16 @@ class PoolAllocator:
             return list(self._ledger.values())
 
     def held_by_claim(self, claim_uid: str) -> list[Reservation]:
-        return [r for r in self.held() if r.holder.claim_uid == claim_uid]
+        with self._lock:
+            return list(self._by_claim.get(claim_uid, {}).values())
 
     # -- reserve ---------------------------------------------------------------------------------
     def reserve_free(self, pick: Pick, holder: Holder) -> Reservation:
         """A free address of ``pick.family`` for ``holder``: its own if it has one already."""
         pool = pick.pool
         with self._lock:
-            for r in self._ledger.values():
-                if r.pool == pool.name and r.holder.same_use(holder) and _family(r) == pick.family:
+            for r in self._by_claim.get(holder.claim_uid, {}).values():
+                if r.pool == pool.name and r.holder.same_use(holder) and r.family == pick.family:
                     return r
         size = pool.size(pick.family)
         metrics.POOL_SIZE.labels(pool.name, pick.family).set(size)
@@ -203,12 +215,14 @@ class PoolAllocator:
     def release(self, reservations: list[Reservation]) -> list[str]:
         """Delete the reservations, at the same time (each is a round trip); returns the problems
         (the reconcile retries those)."""
+        if not reservations:
+            return []
         if len(reservations) > 1:
             with ThreadPoolExecutor(max_workers=min(len(reservations), RELEASE_WORKERS)) as pool:
                 outcomes = list(pool.map(self._delete, reservations))
         else:
             outcomes = [self._delete(r) for r in reservations]
-        self._count()
+        self._publish({(r.pool, r.family) for r in reservations})
         return [problem for problem in outcomes if problem]
 
     def _delete(self, r: Reservation) -> str | None:
@@ -217,7 +231,7 @@ class PoolAllocator:
         except StoreError as exc:
             return f"releasing {r.address} of pool {r.pool}: {exc}"
         with self._lock:
-            self._ledger.pop(r.name, None)
+            self._drop(r.name)
             self._stamps.pop(r.name, None)
             self._taken.pop(r.name, None)
         return None
@@ -288,9 +302,9 @@ class PoolAllocator:
         with self._lock:
             self._clock += 1
             self._stamps[r.name] = self._clock
-            self._ledger[r.name] = r
+            old = self._put(r)
             self._taken.pop(r.name, None)
-        self._count()
+        self._publish({(r.pool, r.family)} | ({(old.pool, old.family)} if old else set()))
         return r
 
     def _known_taken(self, name: str) -> bool:
@@ -303,19 +317,37 @@ class PoolAllocator:
                 return False
             return True
 
-    def _count(self) -> None:
+    def _put(self, r: Reservation) -> Reservation | None:
+        """``r`` into the ledger (in the place of an entry of the same name), its index and
+        counts, under the lock; returns the entry it replaced."""
+        old = self._ledger.get(r.name)
+        if old is not None:
+            self._unindex(old)
+        self._ledger[r.name] = r
+        self._by_claim.setdefault(r.holder.claim_uid, {})[r.name] = r
+        key = (r.pool, r.family)
+        self._counts[key] = self._counts.get(key, 0) + 1
+        return old
+
+    def _drop(self, name: str) -> None:
+        """The entry ``name`` out of the ledger, its index and counts, under the lock."""
+        old = self._ledger.pop(name, None)
+        if old is not None:
+            self._unindex(old)
+
+    def _unindex(self, r: Reservation) -> None:
+        mine = self._by_claim.get(r.holder.claim_uid, {})
+        mine.pop(r.name, None)
+        if not mine:
+            self._by_claim.pop(r.holder.claim_uid, None)
+        self._counts[(r.pool, r.family)] -= 1
+
+    def _publish(self, keys: Iterable[tuple[str, str]]) -> None:
+        """The reserved-addresses gauge of each (pool, family) in ``keys``, as counted now."""
         with self._lock:
-            counts = dict.fromkeys(self._pools, 0)
-            for r in self._ledger.values():
-                key = (r.pool, _family(r))
-                counts[key] = counts.get(key, 0) + 1
-            self._pools.update(counts)
-        for (pool, family), count in counts.items():
+            counts = [(key, self._counts.get(key, 0)) for key in keys]
+        for (pool, family), count in counts:
             metrics.POOL_RESERVED.labels(pool, family).set(count)
-
-
-def _family(r: Reservation) -> str:
-    return "ipv4" if r.ip.version == 4 else "ipv6"
 
 
 def _probe_order(size: int, seed: str, tries: int) -> Iterator[int]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..params import ParameterError
+from ..recent import RecentResults, exact_json_key
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -31,6 +32,8 @@ POOL_NAME_MAX = 40
 MAX_SUBNETS = 8
 MAX_EXCLUDES = 256
 FAMILIES = ("ipv4", "ipv6")
+#: Pools parsed lately (their JSON text -> the pool), at most this many; see ``parse_pool``.
+PARSED_POOLS_CACHED = 64
 
 
 @dataclass(frozen=True)
@@ -96,8 +99,27 @@ class AddressPool:
         return ", ".join(str(s.network) for s in self.subnets)
 
 
+_parsed: RecentResults[AddressPool] = RecentResults(PARSED_POOLS_CACHED)
+
+
 def parse_pool(value: Any, field: str) -> AddressPool:
-    """The pool of ``value`` (the ``addressPool`` object); ``ParameterError`` names the field."""
+    """The pool of ``value`` (the ``addressPool`` object); ``ParameterError`` names the field.
+
+    A DeviceClass's pool comes with every claim of the class and is parsed twice per claim
+    (the tenant policy's check, then the assignment), ~35 us each on a slow machine: the last
+    ``PARSED_POOLS_CACHED`` results are kept, keyed by the exact JSON text (``AddressPool`` is
+    immutable, so a hit is shared as it is; a refusal is not kept and is raised again, naming
+    the caller's field)."""
+    key = exact_json_key(value)
+    pool = _parsed.get(key) if key is not None else None
+    if pool is None:
+        pool = _parse_pool(value, field)
+        if key is not None:
+            _parsed.put(key, pool)
+    return pool
+
+
+def _parse_pool(value: Any, field: str) -> AddressPool:
     if not isinstance(value, dict):
         raise ParameterError(field, "must be an object with name and subnets")
     unknown = sorted(set(value) - {"name", "subnets"})

@@ -370,7 +370,7 @@ def test_deepest_error_wins() -> None:
     assert error_of(attachment(config=conflist, ifname="x")).field == "parameters.config.plugins[0].type"
 
 
-# -- the parameters validated lately (params._Validated) ------------------------------------
+# -- the parameters validated lately (params._validated, a recent.RecentResults) ---------------
 
 
 def test_a_repeated_validation_gives_an_equal_result_that_shares_nothing() -> None:
@@ -393,10 +393,10 @@ def test_refused_parameters_are_refused_again_naming_the_field_of_each_call() ->
 
 def test_parameters_differing_in_a_value_are_told_apart() -> None:
     """The key is the exact JSON text: 1 and true, 1 and 1.0, NaN and null are not the same."""
-    from dracni.params import _cache_key
+    from dracni.recent import exact_json_key
 
-    assert len({_cache_key({"a": v}) for v in (1, True, 1.0, float("nan"), None, "1")}) == 6
-    assert _cache_key({"a": "\ud800"}) is None  # a lone surrogate is validated (and refused) each time
+    assert len({exact_json_key({"a": v}) for v in (1, True, 1.0, float("nan"), None, "1")}) == 6
+    assert exact_json_key({"a": "\ud800"}) is None  # a lone surrogate is validated (and refused) each time
 
 
 def test_the_kept_results_are_bounded() -> None:
@@ -404,4 +404,4 @@ def test_the_kept_results_are_bounded() -> None:
 
     for i in range(VALIDATED_CACHE_SIZE + 40):
         validate_parameters(attachment(ifName=f"n{i}"))
-    assert len(_validated._results) == VALIDATED_CACHE_SIZE
+    assert len(_validated) == VALIDATED_CACHE_SIZE

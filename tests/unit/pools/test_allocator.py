@@ -279,3 +279,48 @@ def test_metrics_give_each_pool_s_size_and_the_node_s_reserved_addresses(fake, a
         for i in range(10):
             nodes[1].reserve_free(Pick(pool, "ipv4", f"n{i}"), holder(f"n{i}"))
     assert REGISTRY.get_sample_value("dracni_address_pool_exhausted_total", {"pool": "metered"}) == 1
+
+
+def test_the_ledger_s_claim_index_and_counts_follow_reserves_releases_and_reloads(fake, api):
+    """The ledger is indexed by claim and its counts kept as it changes (a prepare costs
+    O(its claim), not O(the node's reservations)); both agree with the ledger after every kind
+    of change: reserves in two families, a release, a reload that finds one deleted elsewhere,
+    and a restart."""
+    from dracni.metrics import REGISTRY
+
+    pool = parse_pool({"name": "ledger", "subnets": [{"subnet": "10.4.0.0/28"}, {"subnet": "fd00:4::/124"}]}, "p")
+    alloc = allocator(api)
+
+    def reserved() -> dict[str, float | None]:
+        return {
+            f: REGISTRY.get_sample_value("dracni_address_pool_reserved", {"pool": "ledger", "family": f})
+            for f in ("ipv4", "ipv6")
+        }
+
+    def families(claim_uid: str, node: PoolAllocator = alloc) -> list[str]:
+        return sorted(r.family for r in node.held_by_claim(claim_uid))
+
+    for family in ("ipv4", "ipv6"):
+        alloc.reserve_free(Pick(pool, family, f"a-{family}"), holder("a"))
+    alloc.reserve_free(Pick(pool, "ipv4", "b"), holder("b"))
+    for pod in ("p1", "p2"):
+        alloc.reserve_free(Pick(pool, "ipv6", f"c-{pod}"), holder("c", pod=pod))
+    assert (families("uid-a"), families("uid-b"), families("uid-c")) == (["ipv4", "ipv6"], ["ipv4"], ["ipv6", "ipv6"])
+    assert reserved() == {"ipv4": 2, "ipv6": 3}
+
+    assert alloc.release(alloc.held_by_claim("uid-a")) == []
+    assert families("uid-a") == [] and reserved() == {"ipv4": 1, "ipv6": 2}
+    assert alloc.release([]) == []  # nothing to give back: no request
+    assert reserved() == {"ipv4": 1, "ipv6": 2}
+
+    other = allocator(api)  # another instance of the driver on this node releases b's
+    other.load()
+    assert other.release(other.held_by_claim("uid-b")) == []
+    alloc.load()
+    assert families("uid-b") == [] and reserved() == {"ipv4": 0, "ipv6": 2}  # counted once: stays, at 0
+
+    restarted = allocator(api)
+    restarted.load()
+    assert families("uid-c", restarted) == ["ipv6", "ipv6"]
+    assert sorted(r.name for r in restarted.held()) == sorted(r.name for r in alloc.held())
+    assert reserved() == {"ipv4": 0, "ipv6": 2}

@@ -90,6 +90,35 @@ def test_a_bad_pool_names_its_field(pool, field, words):
     assert words in caught.value.reason
 
 
+def test_a_pool_parsed_lately_is_the_same_pool_and_a_refusal_names_each_caller_s_field():
+    """The last pools parsed are kept by their exact JSON text (a DeviceClass's pool comes with
+    every claim of the class, checked then assigned); a bad one is refused each time, with the
+    field of that call, and a pool differing in one value is parsed apart."""
+    value = {"name": "kept", "subnets": [{"subnet": "10.8.0.0/24", "exclude": ["10.8.0.9"]}]}
+    first = parse_pool(value, "addressPool")
+    again = parse_pool(
+        {"name": "kept", "subnets": [{"subnet": "10.8.0.0/24", "exclude": ["10.8.0.9"]}]}, "p.addressPool"
+    )
+    assert again is first
+    other = parse_pool(
+        {"name": "kept", "subnets": [{"subnet": "10.8.0.0/24", "exclude": ["10.8.0.10"]}]}, "addressPool"
+    )
+    assert other is not first and addresses(other, "ipv4") != addresses(first, "ipv4")
+    bad = {"name": "kept", "subnets": [{"subnet": "10.8.0.0/24", "gateway": "10.9.0.1"}]}
+    for field in ("addressPool", "config[1].parameters.addressPool"):
+        with pytest.raises(ParameterError) as caught:
+            parse_pool(bad, field)
+        assert caught.value.field == f"{field}.subnets[0].gateway"
+
+
+def test_the_pools_kept_are_bounded():
+    from dracni.pools.model import PARSED_POOLS_CACHED, _parsed
+
+    for i in range(PARSED_POOLS_CACHED + 10):
+        parse_pool({"name": f"p{i}", "subnets": [{"subnet": "10.7.0.0/24"}]}, "addressPool")
+    assert len(_parsed) == PARSED_POOLS_CACHED
+
+
 def network(ipam):
     return {
         "addressPool": {"name": "lan", "subnets": [{"subnet": "10.0.0.0/24"}]},
