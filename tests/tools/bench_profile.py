@@ -3,8 +3,9 @@ per claim, so that the next person can repeat the measurement behind issue 25.
 
 The service runs from the source tree under ``tests/tools/profiled_service.py`` (yappi for CPU,
 tracemalloc for memory), against the same test API server and kubelet calls as (h): 100 pods x
-2 claims prepared at once, then unprepared, at 20 ms API latency.  One burst is profiled for
-CPU, another for memory (the two profilers would distort each other).  Printed:
+2 claims prepared at once, then unprepared, at 20 ms API latency, on a plain network and then,
+as (h), on a network with an address pool (a service of its own for each).  One burst is
+profiled for CPU, another for memory (the two profilers would distort each other).  Printed:
 
 - CPU: each area's own time (yappi's ``tottime``, CPU clock, all threads) in ms per claim,
   scaled to the process's CPU time measured from /proc over the same burst (the profiler's
@@ -41,8 +42,9 @@ AREAS = (
     ("parameter schema (jsonschema, dracni/params)", ("/jsonschema", "/referencing/", "/rpds", "dracni/params")),
     ("logging", ("/logging/", "dracni/logtext", "dracni/service/logs")),
     ("state dir (dracni/state, atomicfile)", ("dracni/state/", "dracni/atomicfile")),
+    ("address pools (dracni/pools, claims/pool_addresses)", ("dracni/pools/", "dracni/claims/pool_addresses")),
     ("kubelet helper and gRPC side (dracni/kubelet)", ("dracni/kubelet/",)),
-    ("claims, policy, pools, inventory (dracni)", ("dracni/",)),
+    ("claims, policy, inventory (dracni)", ("dracni/",)),
 )
 
 
@@ -153,22 +155,37 @@ def profile_bench(base: str) -> None:
 
 
 def _profile_bench(base: str, disk: Path) -> None:
+    for pooled in (False, True):
+        _profile_network(base, disk, pooled)
+
+
+def _profile_network(base: str, disk: Path, pooled: bool) -> None:
     from tests.integration.service import macvlan_params
     from tests.tools.bench_burst import BURST_PODS, BurstRig, _alone, _claims
+    from tests.tools.bench_cluster import pool_params
     from tests.tools.bench_process import cpu_ms
 
-    out = Path(base) / "profile"
+    name = "pool" if pooled else "plain"
+    out = Path(base) / f"profile-{name}"
     out.mkdir(parents=True)
-    rig = BurstRig(Path(base) / "apiserver-profile", disk / "profile-lab")  # as (h)
+    rig = BurstRig(Path(base) / f"apiserver-profile-{name}", disk / f"profile-lab-{name}")  # as (h)
     saved = os.environ.get("DRACNI_PROFILE_DIR")
     os.environ["DRACNI_PROFILE_DIR"] = str(out)
     try:
-        pods = _claims(rig.api, macvlan_params(rig.lab, master="eth1", subnet="10.94.0.0/16", network="bench-p"), "p")
+        if pooled:  # as (h)'s: a /22
+            params = pool_params(rig.lab, master="eth1", subnet="10.95.0.0/22", network="bench-pp", pool="bench-p")
+        else:
+            params = macvlan_params(rig.lab, master="eth1", subnet="10.94.0.0/16", network="bench-p")
+        pods = _claims(rig.api, params, "p")
         service, kubelet = rig.start(program=(sys.executable, "-m", "tests.tools.profiled_service"))
         _alone(kubelet, pods[0])
         _burst_both(kubelet, pods)  # warm: threads started, lazy imports done
         claims = 2 * BURST_PODS
-        print(f"    {BURST_PODS} pods x 2 claims prepared at once and unprepared, the service from the source tree:")
+        network = "a network with an address pool (a /22)" if pooled else "a plain network"
+        print(
+            f"    {BURST_PODS} pods x 2 claims on {network} prepared at once and unprepared, "
+            "the service from the source tree:"
+        )
         pid = service.proc.pid
         _signal_and_wait(pid, signal.SIGUSR1, out / "cpu.started")
         before = cpu_ms(pid)
