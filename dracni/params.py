@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any, NotRequired, TypedDict
 
 from dracni.paramschema import format_path, schema_problem, show
-from dracni.recent import RecentResults, exact_json_key
+from dracni.recent import RecentResults
 
 API_VERSION_DRACNI = "dracni.io/v1alpha1"
 API_VERSION_CNI_DRA = "cni.networking.x-k8s.io/v1alpha1"
@@ -100,15 +100,9 @@ def validate_parameters(params: object, *, where: str = "parameters") -> DeviceP
     never modified; the result shares nothing with it.  Parameters seen lately are answered from
     ``_validated`` (the result does not depend on ``where``, which only words errors).
     """
-    key = exact_json_key(params) if isinstance(params, dict) else None
-    if key is not None:
-        cached = _validated.get(key)
-        if cached is not None:
-            return cached
-    result = _validate(params, where)
-    if key is not None:
-        _validated.put(key, result)
-    return result
+    if not isinstance(params, dict):  # refused, and never kept
+        return _validate(params, where)
+    return _validated.made(params, lambda: _validate(params, where))
 
 
 def _validate(params: object, where: str) -> DeviceParameters:

@@ -40,6 +40,19 @@ class RecentResults(Generic[T]):
         self._lock = threading.Lock()
         self._results: OrderedDict[bytes, T] = OrderedDict()
 
+    def made(self, value: object, make: Callable[[], T]) -> T:
+        """What ``make()`` makes of ``value``: the result kept for the same JSON text, or made
+        now and kept (a failure raises out of ``make`` and is not kept; a ``value`` with no JSON
+        text is made each time)."""
+        key = exact_json_key(value)
+        if key is None:
+            return make()
+        result = self.get(key)
+        if result is None:
+            result = make()
+            self.put(key, result)
+        return result
+
     def get(self, key: bytes) -> T | None:
         with self._lock:
             result = self._results.get(key)

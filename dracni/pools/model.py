@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..params import ParameterError
-from ..recent import RecentResults, exact_json_key
+from ..recent import RecentResults
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -110,13 +110,7 @@ def parse_pool(value: Any, field: str) -> AddressPool:
     ``PARSED_POOLS_CACHED`` results are kept, keyed by the exact JSON text (``AddressPool`` is
     immutable, so a hit is shared as it is; a refusal is not kept and is raised again, naming
     the caller's field)."""
-    key = exact_json_key(value)
-    pool = _parsed.get(key) if key is not None else None
-    if pool is None:
-        pool = _parse_pool(value, field)
-        if key is not None:
-            _parsed.put(key, pool)
-    return pool
+    return _parsed.made(value, lambda: _parse_pool(value, field))
 
 
 def _parse_pool(value: Any, field: str) -> AddressPool:

@@ -68,18 +68,22 @@ class Holder:
 
 @dataclass(frozen=True)
 class Reservation:
-    """A reservation as the API server holds it.  ``ip`` is ``address`` parsed once, when the
+    """A reservation as the API server holds it.  ``ip`` is its address parsed once, when the
     object was read: the ledger counts its reservations by family, and parsing an address takes
     longer than the count."""
 
     name: str
     uid: str
     pool: str
-    address: str
     ip: ipaddress.IPv4Address | ipaddress.IPv6Address
     node: str
     holder: Holder
     resource_version: str = ""
+
+    @property
+    def address(self) -> str:
+        """The address in its canonical text form (messages, logs)."""
+        return str(self.ip)
 
     @property
     def family(self) -> str:
@@ -143,13 +147,11 @@ def parse_reservation(obj: dict[str, Any]) -> Reservation | None:
             keep=bool(spec.get("keep")),
             ipam_claim=spec.get("ipamClaim") or None,
         )
-        ip = ipaddress.ip_address(spec["address"])
         return Reservation(
             name=str(meta["name"]),
             uid=str(meta.get("uid") or ""),
             pool=str(spec["pool"]),
-            address=str(ip),
-            ip=ip,
+            ip=ipaddress.ip_address(spec["address"]),
             node=str(spec.get("node") or ""),
             holder=holder,
             resource_version=str(meta.get("resourceVersion") or ""),

@@ -401,12 +401,8 @@ def test_a_claim_not_bound_to_one_node_is_refused_retried_reported_and_published
             return [r for r in api.requests_to("PATCH", "/resourceclaims/spread/status") if r.status == 422]
 
         def forbidden_count() -> float:
-            lines = [
-                line
-                for line in service.metrics().splitlines()
-                if line.startswith("dracni_status_publish_failures_total") and 'kind="forbidden"' in line
-            ]
-            return float(lines[0].split()[-1]) if lines else 0.0
+            forbidden = ("dracni_status_publish_failures_total", (("kind", "forbidden"),))
+            return service.samples().get(forbidden, 0.0)
 
         wait_for(lambda: len(refusals()) >= 3, 15.0, "three refused status writes (retries)")
         assert not our_status(api, claim)
