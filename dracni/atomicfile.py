@@ -44,14 +44,35 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600, *, sync_dir: bool = 
 
 
 def read_if_exists(path: str, error: Callable[[str], Exception]) -> bytes | None:
-    """The file's bytes, None when it does not exist; ``error("cannot read ...")`` otherwise."""
+    """The file's bytes, None when it does not exist; ``error("cannot read ...")`` otherwise.
+
+    Four system calls (open, fstat, read, close), not the nine of ``open(path, "rb").read()``
+    (its buffered reader adds an ``isatty`` ioctl, two seeks, a second fstat and a read that
+    finds the end).  Each system call hands the interpreter lock to another thread when one
+    waits for it, and waits to get it back: in a burst of pod starts the service's threads do
+    (``make bench`` (h)).  A file replaced whole (this module's kind) does not change once it
+    has been opened, so its size is known; a read that returns less than asked has reached
+    the end, and one that returns more (the file grew: not one of ours) reads on to the end.
+    """
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise error(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        size = os.fstat(fd).st_size
+        data = os.read(fd, size + 1)
+        if len(data) != size:  # grown or shrunk since the fstat, or a short read: to the end
+            chunks = [data]
+            while chunks[-1]:
+                chunks.append(os.read(fd, 65536))
+            data = b"".join(chunks)
+        return data
+    except OSError as exc:
+        raise error(f"cannot read {path}: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
 
 
 def fsync_dir(path: str) -> None:

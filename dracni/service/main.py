@@ -12,6 +12,7 @@ and a stopping instance waits for its successor's registration before it goes.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -31,6 +32,23 @@ if TYPE_CHECKING:
     from ..status.drain import Notes
 
 log = logging.getLogger("dracni.service")
+
+
+def freeze_startup_objects() -> None:
+    """Collect once, then leave what start-up made (modules, the client's configuration, the
+    protobuf descriptors, the compiled schema: ~all the service's objects) out of every later
+    collection (``gc.freeze``).
+
+    The cyclic collector's older generations walk every tracked object: in (h)'s bursts of
+    100 pod starts, collections cost the service 46 ms per burst of prepares and unprepares,
+    a full one of 33-50 ms every few bursts, with the interpreter lock held.  With start-up's
+    objects frozen: 16 ms (measured from the source tree with ``gc.callbacks``, 8 bursts each).
+    The frozen objects live as long as the service anyway; the collection first frees any
+    cycle start-up left, so none is kept forever.
+    """
+    gc.collect()
+    gc.freeze()
+
 
 #: In-flight kubelet calls get this long once the service stops (kubelet retries what fails).
 GRPC_GRACE_SECONDS = 2.0
@@ -256,6 +274,7 @@ class Service:
         self._stops.append(self.device_health.close)
         log.info("dracni kubelet plugin %s serving on node %s", self.opts.driver, self.opts.node)
         log.info("tenant policy: %s", self.opts.policy.describe())
+        freeze_startup_objects()
 
     def _start_loops(self, loops: Sequence[tuple[str, Callable[[threading.Event], Any]]]) -> None:
         for name, loop in loops:

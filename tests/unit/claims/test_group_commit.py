@@ -280,14 +280,15 @@ def test_a_batch_opens_no_record_that_its_directory_listing_lacks(state, monkeyp
     listing of each directory instead of a failed open each.  Records that are there are read,
     and the batch's own writes are seen."""
     state.put_claims([claim("old")])
-    opened: list[str] = []
-    real_open = open
+    opened: list[str] = []  # the files opened to be read (records are read with os.open)
+    real_open = os.open
 
-    def recording_open(path, *args, **kwargs):
-        opened.append(str(path))
-        return real_open(path, *args, **kwargs)
+    def recording_open(path, flags, *args, **kwargs):
+        if not flags & (os.O_WRONLY | os.O_RDWR | os.O_DIRECTORY):
+            opened.append(str(path))
+        return real_open(path, flags, *args, **kwargs)
 
-    monkeypatch.setattr("builtins.open", recording_open)
+    monkeypatch.setattr(os, "open", recording_open)
     with state.locked(), state.batched():
         assert state.read_claim("new") is None
         assert state.read_claim("old")["uid"] == "old"
