@@ -17,9 +17,9 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..batchwork import BatchWorkers
 from ..kubelet.driver import Claim, ClaimRef, ClaimSource, Observer, PrepareResult
 from ..kubelet.helper import KubeletPluginHelper
-from ..kubelet.workers import BatchWorkers
 from ..state.store import StateError
 from .commits import CommitObserver, GroupCommit
 from .prepare import Resolved, Resolver, store_prepared, unprepare_claims

@@ -34,10 +34,10 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..batchwork import BatchWorkers
 from .answers import call_guarded, prepare_results, split_valid, unprepare_results
 from .driver import Claim, ClaimRef, ClaimSource, Driver, Observer, PrepareResult
 from .guards import ClaimRefused, check_fetched
-from .workers import BatchWorkers
 
 log = logging.getLogger(__name__)
 

@@ -39,6 +39,7 @@ from dracni.apirules.validation import is_driver_name
 from dracni.kubelet.answers import prepare_answers, unprepare_answers
 from dracni.kubelet.driver import ClaimRef, PrepareResult
 from dracni.kubelet.health_service import HEALTH_SERVICES, MAX_HEALTH_STREAMS, HealthService, HealthSource
+from dracni.kubelet.in_flight import InFlight
 from dracni.kubelet.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
@@ -60,7 +61,6 @@ from dracni.kubelet.sockets import (
     remove_stale_socket,
     wait_until_serving,
 )
-from dracni.kubelet.workers import InFlight
 
 log = logging.getLogger(__name__)
 

@@ -29,11 +29,11 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .. import metrics
+from ..batchwork import BatchWorkers
 from .model import AddressPool
 from .reservations import Holder, Reservation, moved_to, parse_reservation, reservation_body, reservation_name
 
@@ -44,7 +44,9 @@ log = logging.getLogger(__name__)
 MAX_TRIES = 256
 #: How long a taken address is tried last.
 TAKEN_TTL = 60.0
-#: Deletes of one release in flight at once.
+#: Deletes in flight at once, over all releases (each is a round trip): a release's deletes
+#: run at the same time on one pool kept for all releases, not on threads started for each
+#: (``batchwork.py``; in a burst of unprepares, one after the other on each caller).
 RELEASE_WORKERS = 8
 
 
@@ -99,6 +101,7 @@ class PoolAllocator:
         self.store = store
         self.node = node
         self.node_uid = node_uid
+        self._releases = BatchWorkers(max_workers=RELEASE_WORKERS, name="dracni-release")
         self._ledger: dict[str, Reservation] = {}
         #: the ledger by claim UID (claim UID -> name -> reservation)
         self._by_claim: dict[str, dict[str, Reservation]] = {}
@@ -217,13 +220,13 @@ class PoolAllocator:
         (the reconcile retries those)."""
         if not reservations:
             return []
-        if len(reservations) > 1:
-            with ThreadPoolExecutor(max_workers=min(len(reservations), RELEASE_WORKERS)) as pool:
-                outcomes = list(pool.map(self._delete, reservations))
-        else:
-            outcomes = [self._delete(r) for r in reservations]
+        outcomes = self._releases.map(self._delete, reservations)
         self._publish({(r.pool, r.family) for r in reservations})
         return [problem for problem in outcomes if problem]
+
+    def close(self) -> None:
+        """Stop the idle release threads (a release running finishes; a later one starts new ones)."""
+        self._releases.close()
 
     def _delete(self, r: Reservation) -> str | None:
         try:

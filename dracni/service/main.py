@@ -265,6 +265,7 @@ class Service:
             loops.append(("slice-publisher", self.slices.run))
         self._start_loops(loops)
         self._stops.append(self.helper.close)  # after the gRPC servers have stopped
+        self._stops.append(self.pools.allocator.close)
         # Health follows the link database (when it could start); its streams end (cleanly)
         # before the gRPC server stops.
         if self.links.running():

@@ -14,7 +14,7 @@ from dracni.claims.pool_addresses import PoolAddresses
 from dracni.claims.resolve import ClaimError
 from dracni.kube.api import KubeApi
 from dracni.kube.reservations import ApiReservations, NodeUid
-from dracni.pools.allocator import AllocationError, Pick, PoolAllocator, PoolFull
+from dracni.pools.allocator import RELEASE_WORKERS, AllocationError, Pick, PoolAllocator, PoolFull
 from dracni.pools.model import parse_pool
 from dracni.pools.reservations import Holder
 from dracni.state.store import StateDir
@@ -324,3 +324,27 @@ def test_the_ledger_s_claim_index_and_counts_follow_reserves_releases_and_reload
     assert families("uid-c", restarted) == ["ipv6", "ipv6"]
     assert sorted(r.name for r in restarted.held()) == sorted(r.name for r in alloc.held())
     assert reserved() == {"ipv4": 0, "ipv6": 2}
+
+
+def test_releases_delete_at_the_same_time_on_threads_kept_for_all_releases(fake, api):
+    """A release of several reservations deletes them at once on the allocator's release pool,
+    whose threads stay for the next release (none started and stopped per unprepare) and never
+    number more than ``RELEASE_WORKERS``; ``close`` stops them."""
+    alloc = allocator(api)
+
+    def release_threads() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name.startswith("dracni-release")}
+
+    seen: set[threading.Thread] = set()
+    for claim in "abcde":
+        made = [alloc.reserve_free(Pick(SMALL, "ipv4", f"{claim}-{i}"), holder(claim, pod=f"p{i}")) for i in (1, 2)]
+        assert alloc.release(made) == []
+        assert not fake.list_custom_objects("addressreservations")
+        now = release_threads()
+        assert seen <= now, "a release thread ended between releases"
+        assert 1 <= len(now) <= RELEASE_WORKERS
+        seen = now
+    alloc.close()
+    for thread in seen:
+        thread.join(timeout=5)
+    assert not release_threads()

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from dracni.kubelet.workers import BatchWorkers
+from dracni.batchwork import BatchWorkers
 
 
 @pytest.fixture

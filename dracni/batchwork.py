@@ -1,4 +1,4 @@
-"""The claims of one call worked on at the same time, on a pool shared by all calls.
+"""The items of one batch worked on at the same time, on a pool shared by every batch.
 
 Kubelet sends a pod's claims of one driver in one batch and prepares pods in parallel; each
 claim costs an API round trip (the helper's read) and netlink or API work (the driver's
@@ -6,9 +6,9 @@ resolution), so a batch's claims are worked on at once while the service has lit
 do.  Under load they are not: with ``PARALLEL_BELOW`` batches or more being worked on, their
 requests already keep the API connections and the one interpreter busy, and splitting a batch
 over threads adds only hand-overs (measured in a burst of 100 pods: 42 context switches per
-claim instead of 30, 10% more CPU, no shorter burst).  The helper and the driver share one
-pool, so the threads stay bounded however many calls run.  ``InFlight`` counts the calls
-being served, so a stopping server lets them finish first.
+claim instead of 30, 10% more CPU, no shorter burst).  The kubelet helper and the driver share
+one pool, so the threads stay bounded however many calls run; the address pools' releases
+(a delete per reservation) have one of their own (``pools/allocator.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import TypeVar
 T = TypeVar("T")
 R = TypeVar("R")
 
-#: Claims worked on at the same time, at most, over all calls.
+#: Items worked on at the same time, at most, over all batches.
 BATCH_WORKERS = 32
 #: From this many batches at once on, each runs its items one after the other.
 PARALLEL_BELOW = 8
@@ -32,9 +32,12 @@ class BatchWorkers:
     than ``parallel_below`` batches are being worked on (see the module docstring); results in
     order.  The threads start with the first batch worked on in parallel."""
 
-    def __init__(self, max_workers: int = BATCH_WORKERS, parallel_below: int = PARALLEL_BELOW) -> None:
+    def __init__(
+        self, max_workers: int = BATCH_WORKERS, parallel_below: int = PARALLEL_BELOW, name: str = "dracni-claim"
+    ) -> None:
         self.max_workers = max_workers
         self.parallel_below = parallel_below
+        self.name = name  # the threads' name prefix
         self._pool: ThreadPoolExecutor | None = None
         self._mutex = threading.Lock()
         self._running = 0  # batches being worked on
@@ -47,7 +50,7 @@ class BatchWorkers:
             self._running += 1
             parallel = len(items) > 1 and self._running < self.parallel_below
             if parallel and self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="dracni-claim")
+                self._pool = ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix=self.name)
             pool = self._pool
         try:
             if not parallel or pool is None:
@@ -70,26 +73,3 @@ class BatchWorkers:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
-
-
-class InFlight:
-    """Counts the calls being served (``with in_flight:``); ``wait_idle`` waits for none."""
-
-    def __init__(self) -> None:
-        self._idle = threading.Condition()
-        self._count = 0
-
-    def __enter__(self) -> None:
-        with self._idle:
-            self._count += 1
-
-    def __exit__(self, *exc: object) -> None:
-        with self._idle:
-            self._count -= 1
-            if not self._count:
-                self._idle.notify_all()
-
-    def wait_idle(self, timeout: float | None) -> bool:
-        """True once no call is in flight; False after ``timeout`` seconds with some still are."""
-        with self._idle:
-            return self._idle.wait_for(lambda: self._count == 0, timeout=timeout)
