@@ -116,8 +116,9 @@ def kubelet_plugin(
 ) -> None:
     """Run the kubelet DRA plugin service (the DaemonSet's main process)."""
     from ..service.logs import setup_logging
-    from ..service.main import Service, ServiceOptions
+    from ..service.main import Service, ServiceOptions, name_process
 
+    name_process()
     setup_logging(log_format, log_level)
     opts = ServiceOptions(
         driver=driver,

@@ -34,6 +34,26 @@ if TYPE_CHECKING:
 log = logging.getLogger("dracni.service")
 
 
+#: The service's process (and thread) name in ``ps``, ``top``, ``pgrep`` and ``perf``.
+PROCESS_NAME = "dracni"
+
+
+def name_process() -> None:
+    """Call the process ``PROCESS_NAME``, before its first thread starts (threads take their
+    creator's name).
+
+    The native fast path runs ``dracni-python`` through the bundle's own loader
+    (``native/fastpath.c exec_python``), so the kernel names the process after the loader
+    (``ld-linux-x86-64``): ``pgrep dracni`` and ``top`` would not find the DaemonSet's process.
+    A ``/proc`` that refuses the write leaves the name as it was.
+    """
+    try:
+        with open("/proc/self/comm", "w") as comm:
+            comm.write(PROCESS_NAME)
+    except OSError as exc:
+        log.debug("cannot name the process %s: %s", PROCESS_NAME, exc)
+
+
 def freeze_startup_objects() -> None:
     """Collect once, then leave what start-up made (modules, the client's configuration, the
     protobuf descriptors, the compiled schema: ~all the service's objects) out of every later

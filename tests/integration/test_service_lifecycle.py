@@ -124,6 +124,25 @@ def test_ready_only_once_kubelet_registered_the_plugin(lab, api):
         service.close()
 
 
+def test_the_service_and_its_threads_are_named_dracni(lab, api):
+    """The native fast path runs the bundle through its own loader, which the kernel would name
+    the process after (``ld-linux-x86-64``): ``pgrep dracni`` must find the DaemonSet's process,
+    and ``top -H`` and ``perf`` its threads (gRPC's, the API connections', the loops')."""
+    lab.write_conflist()
+    service = ServiceProcess(lab, api)
+    try:
+        service.start()
+        tasks = Path(f"/proc/{service.proc.pid}/task")
+        names = {task.name: (task / "comm").read_text().strip() for task in tasks.iterdir()}
+        assert len(names) > 5, names  # gRPC's and the service's threads are running
+        assert names[str(service.proc.pid)] == "dracni"
+        # every thread is the service's, but those gRPC's core names itself (event_engine, ...)
+        assert not [name for name in names.values() if name.startswith("ld-linux")], names
+        assert list(names.values()).count("dracni") > 5, names
+    finally:
+        service.close()
+
+
 STATES = [
     "before registration",
     "API server gone mid-watch",
