@@ -56,23 +56,21 @@ def read_if_exists(path: str, error: Callable[[str], Exception]) -> bytes | None
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            data = os.read(fd, size + 1)
+            if len(data) != size:  # grown or shrunk since the fstat, or a short read: to the end
+                chunks = [data]
+                while chunks[-1]:
+                    chunks.append(os.read(fd, 65536))
+                data = b"".join(chunks)
+            return data
+        finally:
+            os.close(fd)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise error(f"cannot read {path}: {exc.strerror}") from exc
-    try:
-        size = os.fstat(fd).st_size
-        data = os.read(fd, size + 1)
-        if len(data) != size:  # grown or shrunk since the fstat, or a short read: to the end
-            chunks = [data]
-            while chunks[-1]:
-                chunks.append(os.read(fd, 65536))
-            data = b"".join(chunks)
-        return data
-    except OSError as exc:
-        raise error(f"cannot read {path}: {exc.strerror}") from exc
-    finally:
-        os.close(fd)
 
 
 def fsync_dir(path: str) -> None:
