@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import click
@@ -92,6 +93,14 @@ if TYPE_CHECKING:
     help="Write each attachment into its pod's k8s.v1.cni.cncf.io/network-status annotation, beside the "
     "entries others wrote (Multus's readers; needs get/patch of pods and the pod-network-status policy).",
 )
+@click.option(
+    "--pin-cpu/--no-pin-cpu",
+    envvar="DRACNI_PIN_CPU",
+    default=True,
+    show_default=True,
+    help="Run the service's threads on one CPU of those it may use, the one it starts on: its interpreter "
+    "runs one thread at a time, and hand-overs between CPUs cost it CPU (docs/architecture.md).",
+)
 def kubelet_plugin(
     driver: str,
     state_dir: str,
@@ -113,13 +122,17 @@ def kubelet_plugin(
     instance_id: str | None,
     fixed_socket_names: bool,
     network_status_annotation: bool,
+    pin_cpu: bool,
 ) -> None:
     """Run the kubelet DRA plugin service (the DaemonSet's main process)."""
+    from ..service.cpu import pin_to_one_cpu
     from ..service.logs import setup_logging
     from ..service.main import Service, ServiceOptions, name_process
 
     name_process()
+    placed = pin_to_one_cpu() if pin_cpu else "threads on any CPU the kernel chooses (--no-pin-cpu)"
     setup_logging(log_format, log_level)
+    logging.getLogger("dracni.service").info("%s", placed)
     opts = ServiceOptions(
         driver=driver,
         node=node_name,

@@ -4,6 +4,7 @@ rather the children they had forked, were still running 26 minutes after `make t
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import threading
@@ -139,6 +140,39 @@ def test_the_service_and_its_threads_are_named_dracni(lab, api):
         # every thread is the service's, but those gRPC's core names itself (event_engine, ...)
         assert not [name for name in names.values() if name.startswith("ld-linux")], names
         assert list(names.values()).count("dracni") > 5, names
+    finally:
+        service.close()
+
+
+def _threads_cpus(pid: int) -> set[str]:
+    """The CPU lists the threads of ``pid`` may run on (``Cpus_allowed_list``), one per distinct list."""
+    lists = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        status = (task / "status").read_text()
+        lists.add(status.split("Cpus_allowed_list:")[1].split()[0])
+    return lists
+
+
+@pytest.mark.parametrize("pinned", [True, False], ids=["default", "--no-pin-cpu"])
+def test_the_service_runs_its_threads_on_one_cpu_unless_told_not_to(lab, api, pinned):
+    """By default every thread, gRPC core's included, runs on one CPU of those the service may
+    use, and the start-up log says which; ``--no-pin-cpu`` leaves them on all of them."""
+    allowed = os.sched_getaffinity(0)
+    if len(allowed) < 2:
+        pytest.skip(f"this machine lets the tests use one CPU ({sorted(allowed)}): there is nothing to pin")
+    lab.write_conflist()
+    service = ServiceProcess(lab, api, extra_args=() if pinned else ("--no-pin-cpu",))
+    try:
+        service.start()
+        everything = Path("/proc/self/status").read_text().split("Cpus_allowed_list:")[1].split()[0]  # ours
+        lists = _threads_cpus(service.proc.pid)
+        if pinned:
+            (cpu,) = lists
+            assert cpu.isdigit() and int(cpu) in allowed, lists
+            assert f"threads pinned to CPU {cpu} of " in service.log()
+        else:
+            assert lists == {everything}, lists
+            assert "threads on any CPU the kernel chooses (--no-pin-cpu)" in service.log()
     finally:
         service.close()
 
