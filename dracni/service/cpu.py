@@ -5,9 +5,10 @@ it go around every system call, waking a thread waiting for it.  When the waitin
 sleeps on another CPU, every such hand-over is a wake-up there (an inter-processor interrupt;
 on a VM, an exit to the hypervisor) and a context switch on each side, and the thread that let
 go waits in its turn once its system call returns.  In a burst of pod starts most of the
-service's threads want the lock, and the hand-overs cost more than the work: 13% of the
-service's CPU was ``futex`` in the kernel.  On one CPU a woken thread waits for the CPU, and
-the thread whose system call returns takes the lock back at once.
+service's threads want the lock, and the hand-overs cost a good part of its CPU: 13% was
+``futex`` in the kernel (``perf`` over (h)'s bursts), besides the switches they cause.  On
+one CPU a woken thread waits for the CPU, and the thread whose system call returns takes the
+lock back at once.
 
 Measured in ``make bench`` (h), 100 pods x 2 claims at once, the same bundle with and without
 the pin, two interleaved rounds on a 2-core VM: CPU per claim 1.60 / 1.70 ms against 1.95 /
