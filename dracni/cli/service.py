@@ -125,12 +125,12 @@ def kubelet_plugin(
     pin_cpu: bool,
 ) -> None:
     """Run the kubelet DRA plugin service (the DaemonSet's main process)."""
-    from ..service.cpu import pin_to_one_cpu
+    from ..service.cpu import NOT_PINNED, pin_to_one_cpu
     from ..service.logs import setup_logging
     from ..service.main import Service, ServiceOptions, name_process
 
     name_process()
-    placed = pin_to_one_cpu() if pin_cpu else "threads on any CPU the kernel chooses (--no-pin-cpu)"
+    placed = pin_to_one_cpu() if pin_cpu else NOT_PINNED
     setup_logging(log_format, log_level)
     logging.getLogger("dracni.service").info("%s", placed)
     opts = ServiceOptions(

@@ -35,6 +35,9 @@ from __future__ import annotations
 import errno
 import os
 
+#: The start-up log's line with ``--no-pin-cpu``.
+NOT_PINNED = "threads on any CPU the kernel chooses (--no-pin-cpu)"
+
 
 def pin_to_one_cpu() -> str:
     """Run every thread of this process, and those it starts later, on one CPU; what was done,

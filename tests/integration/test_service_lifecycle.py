@@ -144,13 +144,14 @@ def test_the_service_and_its_threads_are_named_dracni(lab, api):
         service.close()
 
 
+def _allowed_cpus(status: Path) -> str:
+    """The ``Cpus_allowed_list`` of a task's ``/proc/.../status``."""
+    return status.read_text().split("Cpus_allowed_list:")[1].split()[0]
+
+
 def _threads_cpus(pid: int) -> set[str]:
-    """The CPU lists the threads of ``pid`` may run on (``Cpus_allowed_list``), one per distinct list."""
-    lists = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        status = (task / "status").read_text()
-        lists.add(status.split("Cpus_allowed_list:")[1].split()[0])
-    return lists
+    """The CPU lists the threads of ``pid`` may run on, one per distinct list."""
+    return {_allowed_cpus(task / "status") for task in Path(f"/proc/{pid}/task").iterdir()}
 
 
 @pytest.mark.parametrize("pinned", [True, False], ids=["default", "--no-pin-cpu"])
@@ -164,7 +165,7 @@ def test_the_service_runs_its_threads_on_one_cpu_unless_told_not_to(lab, api, pi
     service = ServiceProcess(lab, api, extra_args=() if pinned else ("--no-pin-cpu",))
     try:
         service.start()
-        everything = Path("/proc/self/status").read_text().split("Cpus_allowed_list:")[1].split()[0]  # ours
+        everything = _allowed_cpus(Path("/proc/self/status"))  # this test's own
         lists = _threads_cpus(service.proc.pid)
         if pinned:
             (cpu,) = lists
