@@ -10,9 +10,10 @@ once (a stride coprime to the pool's size), so
   same addresses in the same order and meets its own reservation first: the node's ledger knows
   it, and it is reused without a request;
 - two nodes allocating at once start at different places and rarely meet;
-- the node remembers which addresses it found taken (``_taken``) and tries them last, so a busy
-  pool costs fewer failed creates per allocation; they are still tried before the pool is called
-  full, so a freed address is never missed.
+- the node tries last the addresses it holds itself for other uses (its ledger) and those it
+  found taken (``_taken``), so a busy pool costs fewer failed creates per allocation, and the
+  node never asks first for an address it knows it holds; they are still tried before the pool
+  is called full, so a freed address is never missed.
 
 The ledger is this node's reservations (listed with the ``dracni.io/node`` label at start and at
 every reconcile, then kept by our own creates and deletes).  It answers "is this mine" and
@@ -311,7 +312,11 @@ class PoolAllocator:
         return r
 
     def _known_taken(self, name: str) -> bool:
+        """Held by this node (its ledger: ``reserve_free`` has returned the holder's own
+        already, so for another use), or found taken by a create in the last ``TAKEN_TTL``."""
         with self._lock:
+            if name in self._ledger:
+                return True
             expiry = self._taken.get(name)
             if expiry is None:
                 return False

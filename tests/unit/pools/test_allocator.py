@@ -96,6 +96,17 @@ def test_two_nodes_allocating_at_once_never_share_an_address(fake, api):
     assert len(got) == 40 and len(set(got)) == 40
 
 
+def test_an_address_the_node_holds_for_another_claim_is_tried_last_without_a_create(fake, api):
+    alloc = allocator(api)
+    first = alloc.reserve_free(Pick(SMALL, "ipv4", "same-seed"), holder("c1"))
+    fake.reset_requests()
+    # the same probe order meets c1's address first: the ledger says it is taken, no 409 is asked for
+    second = alloc.reserve_free(Pick(SMALL, "ipv4", "same-seed"), holder("c2"))
+    creates = fake.requests_to(method="POST", path_contains=RESERVATIONS)
+    assert second.address != first.address
+    assert [r.status for r in creates] == [201]
+
+
 def test_a_full_pool_is_named_with_its_size_and_a_freed_address_is_found(fake, api):
     alloc = allocator(api)
     held = [alloc.reserve_free(Pick(SMALL, "ipv4", f"s{i}"), holder(f"c{i}")) for i in range(5)]
