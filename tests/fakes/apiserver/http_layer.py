@@ -133,6 +133,8 @@ class Handler(BaseHTTPRequestHandler):
         super().setup()
         if isinstance(self.connection, ssl.SSLSocket):
             self.connection.do_handshake()  # in this request's thread (tls.py)
+            with self.server.fake._store.lock:
+                self.server.fake.tls_handshakes.append(self.connection.session_reused)
         # As Go's net/http does: without it, headers and body written separately meet the
         # client's delayed ACK and every response waits ~40 ms.
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -249,6 +251,14 @@ class HttpFrontend:
     token_extra: dict[str, dict[str, list[str]]]
     authorizer: Callable[[RequestAttributes], bool] | None
     requests: list[RecordedRequest]
+    #: every TLS handshake, in order: True where the client resumed a session from a ticket
+    #: this server issued.  Go's crypto/tls server issues session tickets and resumes them
+    #: unless ``Config.SessionTicketsDisabled``, which kube-apiserver's serving config leaves
+    #: false (k8s.io/apiserver ``pkg/server/secure_serving.go`` ``SecureServingInfo.tlsConfig``;
+    #: its certificates' ``GetConfigForClient`` keeps the original config's ticket keys,
+    #: crypto/tls ``Config.ticketKeys``); Python's ssl server issues TLS 1.3 tickets too
+    #: (``SSLContext.num_tickets``, 2 by default).
+    tls_handshakes: list[bool]
     internal_errors: list[str]
     _injected: list[Injected]
     #: seconds every request but a watch waits before it is served (0: none)

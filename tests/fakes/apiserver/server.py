@@ -65,7 +65,8 @@ class FakeApiServer(
     ``get_slice``, ``list_slices``, ``delete_all_slices(node=None, driver=None)`` (kubelet at start),
     ``compact()``, ``events()``, ``resource_version``, ``fail_next(code, method=, path=, times=)``, ``latency`` (seconds each non-watch request waits), ``idle_timeout`` (kube-apiserver's 90 s: a kept-alive connection idle that long is closed), ``open_connections``,
     ``authorizer`` (``RequestAttributes -> bool``), ``requests``/``requests_to()``/``reset_requests()``,
-    ``internal_errors``, ``stop()``/``start()`` (same port, same data), ``close()``.
+    ``tls_handshakes`` (each one, True where it resumed a session), ``internal_errors``,
+    ``stop()``/``start()`` (same port, same data), ``close()``.
 
     The garbage collector (``gc.py``) runs, as kube-controller-manager's does in a cluster:
     deleting an object (over HTTP or by a helper such as ``delete_node``) deletes its dependents
@@ -178,6 +179,7 @@ class FakeApiServer(
         self.authorizer: Callable[[RequestAttributes], bool] | None = None
         #: Every request received, in order.
         self.requests: list[RecordedRequest] = []
+        self.tls_handshakes: list[bool] = []
         #: Tracebacks of exceptions inside the fake (answered as 500): a test can assert it is empty.
         self.internal_errors: list[str] = []
         self._injected: list[Injected] = []
