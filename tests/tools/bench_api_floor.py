@@ -4,9 +4,13 @@ over as many connections as the service keeps (``connection_pool_maxsize``, 64).
 At most 64 requests are out at once and each waits the bench's 20 ms latency, so the burst's
 200 GETs need 4 rounds, 80 ms, at the least however fast the service is, and the test API
 server (Python, one process, one GIL) adds its own time to each: measured 93-96 ms, about 4x
-one pod alone (over 32 connections 7 rounds, 152 ms; over 100, 68 ms; over 200, 49 ms).  (h)
-prints this floor beside the burst's p99, so that a reader can tell the service's share from
-what the connections and the test double leave.
+one pod alone (over 32 connections 7 rounds, 152 ms; over 100, 68 ms; over 200, 49 ms), later
+110-124 ms on a slower VM, and 97-108 ms in the same runs once the test API server answered a
+GET with the object encoded as it read it instead of deep-copying it first (``objects.Encoded``:
+the copy was half of its CPU per GET; in (h)'s bursts its process's CPU went from 70-100 to
+60-70 ms).  A round's 64 answers wait for each other in that one interpreter, so its CPU per
+request is part of every round.  (h) prints this floor beside the burst's p99, so that a reader
+can tell the service's share from what the connections and the test double leave.
 
 ``floor_ms`` runs the GETs from a process of their own (not the bench's, whose threads share
 the test API server's GIL), through libcurl's multi interface, the connections kept open

@@ -80,6 +80,8 @@ def _crd_version(crds: list[ServedCrd], group: str, version: str) -> dict[str, A
 
 def discovery(segments: list[str], port: int | None, crds: list[ServedCrd]) -> dict[str, Any] | None:
     """The discovery document at ``/`` + ``segments``, None when the path is not a discovery one."""
+    if len(segments) > 3:  # every discovery path is /version, /api[/v1] or /apis[/<group>[/<version>]]
+        return None
     if segments == ["version"]:
         return {
             **KUBERNETES_VERSION,

@@ -22,6 +22,7 @@ import yaml
 
 from .claim_status import Caller
 from .errors import REASONS, ApiStatusError, BodyError, details
+from .objects import Encoded
 from .resources import RESOURCES, Resource
 from .routes import route
 from .store import RequestContext
@@ -172,7 +173,7 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- writing -------------------------------------------------------------------------------
     def send_json(self, code: int, body: Any, warnings: list[str] | None = None) -> None:
-        data = json.dumps(body, separators=(",", ":")).encode()
+        data = body.data if isinstance(body, Encoded) else json.dumps(body, separators=(",", ":")).encode()
         self.send_response(code)
         for text in warnings or ():
             # apiserver pkg/warning: one header per warning, the text quoted as RFC 7234 wants.

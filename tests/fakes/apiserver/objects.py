@@ -5,10 +5,24 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import bad_request
 from .resources import Resource
+
+
+class Encoded(NamedTuple):
+    """An answer's body already encoded as JSON: the object as it was when it was read, under the
+    store's lock.  kube-apiserver's GET serializes the object its storage returned
+    (apiserver endpoints/handlers/get.go ``getResourceHandler``, then ``transformResponseObject``
+    and responsewriters ``WriteObjectNegotiated``); encoding it at the read gives the same
+    snapshot as a deep copy encoded later, without the copy (the fake's dearest step per GET)."""
+
+    data: bytes
+
+    @classmethod
+    def of(cls, obj: Any) -> Encoded:
+        return cls(json.dumps(obj, separators=(",", ":")).encode())
 
 
 def json_equal(a: Any, b: Any) -> bool:

@@ -16,6 +16,7 @@ from . import claims, core, crd_schema, crud, events, slices, tables
 from . import field as fe
 from .discovery import discovery
 from .errors import bad_request, invalid_options, method_not_allowed, path_not_found, unsupported_media_type
+from .objects import Encoded
 from .resources import (
     APPLY_PATCH,
     EVENTS_GROUP,
@@ -141,11 +142,14 @@ def _delete_collection(req: Request) -> Reply:
 
 def _get(req: Request) -> Reply:
     with req.store.lock:
-        obj = _as_version(req, copy.deepcopy(req.store.require(req.res, req.namespace, req.name)))
+        stored = req.store.require(req.res, req.namespace, req.name)
         columns = _printer_columns(req) if not req.subresource else None
         if columns is not None:
+            obj = _as_version(req, copy.deepcopy(stored))
             return 200, tables.table([obj], columns, obj["metadata"]["resourceVersion"], req.query)
-        return 200, obj
+        # Encoded under the lock, as read (objects.Encoded); _as_version changes only the top
+        # level's apiVersion, so a shallow copy keeps the stored object as it is.
+        return 200, Encoded.of(_as_version(req, dict(stored)))
 
 
 def _update(req: Request) -> Reply:

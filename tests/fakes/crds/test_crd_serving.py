@@ -127,6 +127,8 @@ def test_status_subresource_and_served_versions(fake, custom):
     # v1beta1 is served too, from the same objects (nop conversion: only apiVersion differs).
     old = custom.get_namespaced_custom_object("example.com", "v1beta1", "w", "widgets", "a")
     assert old["apiVersion"] == "example.com/v1beta1" and old["status"] == {"phase": "Gone"}
+    # A read through another version leaves the stored object as it was (routes._get).
+    assert [w["apiVersion"] for w in fake.list_custom_objects("widgets", "w")] == ["example.com/v1"]
     with pytest.raises(NotFoundException):
         custom.get_namespaced_custom_object("example.com", "v2", "w", "widgets", "a")
 
