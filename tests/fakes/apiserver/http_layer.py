@@ -173,7 +173,7 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- writing -------------------------------------------------------------------------------
     def send_json(self, code: int, body: Any, warnings: list[str] | None = None) -> None:
-        data = body.data if isinstance(body, Encoded) else json.dumps(body, separators=(",", ":")).encode()
+        data = (body if isinstance(body, Encoded) else Encoded.of(body)).data
         self.send_response(code)
         for text in warnings or ():
             # apiserver pkg/warning: one header per warning, the text quoted as RFC 7234 wants.

@@ -12,8 +12,8 @@ from .resources import Resource
 
 
 class Encoded(NamedTuple):
-    """An answer's body already encoded as JSON: the object as it was when it was read, under the
-    store's lock.  kube-apiserver's GET serializes the object its storage returned
+    """An answer's body encoded as JSON, as the fake sends every answer and watch event
+    (``of``); a GET's is the object as it was when it was read, under the store's lock.  kube-apiserver's GET serializes the object its storage returned
     (apiserver endpoints/handlers/get.go ``getResourceHandler``, then ``transformResponseObject``
     and responsewriters ``WriteObjectNegotiated``); encoding it at the read gives the same
     snapshot as a deep copy encoded later, without the copy (the fake's dearest step per GET)."""

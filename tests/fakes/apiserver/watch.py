@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import bisect
 import copy
-import json
 import time
 from typing import TYPE_CHECKING, Any
 
 from .errors import ApiStatusError, bad_request
+from .objects import Encoded
 from .resources import Resource
 from .selectors import Filter
 from .store import Event, Store
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 def _line(event: dict[str, Any]) -> bytes:
-    return json.dumps(event, separators=(",", ":")).encode() + b"\n"
+    return Encoded.of(event).data + b"\n"
 
 
 def _bookmark(res: Resource, rv: int) -> dict[str, Any]:
